@@ -1,0 +1,80 @@
+"""fencekit: Redis-backed background jobs where every delivery carries a fencing token.
+
+Primitives (sync and asyncio): :func:`idempotency_key`, :class:`IdempotencyGuard`,
+:class:`DistributedLock` with fencing tokens, :class:`FenceGate`.
+The job queue: :class:`Client`, :class:`Task`, :class:`Server`, :class:`Queue`,
+:func:`current_job`.
+"""
+
+from fencekit.canonical import canonicalize, dumps_json, idempotency_key, loads_json
+from fencekit.client import Client, DeadLetter, Queue, QueueStats, ScheduledTask
+from fencekit.errors import (
+    CanonicalizeError,
+    ConfigError,
+    EncodeError,
+    FencedOutError,
+    FenceKitError,
+    IdempotencyNotOwned,
+    IdempotencyResultMissing,
+    LockNotAcquired,
+    LockNotOwned,
+    NoCurrentJob,
+    PayloadError,
+    StoreError,
+    TokenExpiredError,
+)
+from fencekit.fence import AsyncFenceGate, FenceGate
+from fencekit.idempotency import AsyncIdempotencyGuard, IdempotencyGuard
+from fencekit.job import Job, current_job
+from fencekit.lock import AsyncDistributedLock, DistributedLock
+from fencekit.server import Server
+from fencekit.task import Task
+from fencekit.tokens import BeginOutcome, FenceToken, LockHandle
+from fencekit.worker import Performable, RetryPolicy, Worker
+
+__version__ = "0.2.0.dev0"
+
+__all__ = [
+    # primitives
+    "AsyncDistributedLock",
+    "AsyncFenceGate",
+    "AsyncIdempotencyGuard",
+    "BeginOutcome",
+    "DistributedLock",
+    "FenceGate",
+    "FenceToken",
+    "IdempotencyGuard",
+    "LockHandle",
+    "canonicalize",
+    "dumps_json",
+    "idempotency_key",
+    "loads_json",
+    # the job queue
+    "Client",
+    "DeadLetter",
+    "Job",
+    "Performable",
+    "Queue",
+    "QueueStats",
+    "RetryPolicy",
+    "ScheduledTask",
+    "Server",
+    "Task",
+    "Worker",
+    "current_job",
+    # errors
+    "CanonicalizeError",
+    "ConfigError",
+    "EncodeError",
+    "FenceKitError",
+    "FencedOutError",
+    "IdempotencyNotOwned",
+    "IdempotencyResultMissing",
+    "LockNotAcquired",
+    "LockNotOwned",
+    "NoCurrentJob",
+    "PayloadError",
+    "StoreError",
+    "TokenExpiredError",
+    "__version__",
+]

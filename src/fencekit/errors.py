@@ -1,0 +1,108 @@
+"""The exception tree of fencekit, translated from Redis at one boundary.
+
+::
+
+    FenceKitError                    root of everything fencekit raises
+    ├── LockNotAcquired              lock held by someone else, or wait timed out
+    ├── LockNotOwned                 release/extend by a holder whose lease is gone
+    ├── IdempotencyNotOwned          mark_done by a worker that no longer owns the key
+    ├── IdempotencyResultMissing     no memoised result for a key
+    ├── FencedOutError               a token older than the newest one seen
+    ├── TokenExpiredError            a handle known to be expired before a write
+    ├── CanonicalizeError (ValueError)  payload has no canonical JSON form
+    ├── ConfigError (ValueError)     bad URL, bad worker settings, bad arguments
+    ├── PayloadError (ValueError)    an envelope that cannot be encoded or decoded
+    ├── EncodeError (TypeError)      a value the RESP encoder cannot frame
+    ├── StoreError                   Redis failed, timed out or went away mid-call
+    └── NoCurrentJob (RuntimeError)  current_job() outside a running job
+
+Redis errors become :class:`StoreError` in :func:`translate` (and its async
+twin); Lua scripts report refusals with readable error prefixes (``FENCED``,
+``NOTOWNED`` …) that :data:`SCRIPT_ERRORS` maps to the classes above, the way
+redis-py maps reply prefixes to its own exceptions.
+"""
+
+from __future__ import annotations
+
+
+class FenceKitError(Exception):
+    """Base class of every error fencekit raises."""
+
+
+class LockNotAcquired(FenceKitError):
+    """The lock is held by another owner, or a blocking wait ran out."""
+
+
+class LockNotOwned(FenceKitError):
+    """Release or extend by a holder that no longer owns the lease.
+
+    The lease expired, or another owner holds it now; nothing was changed.
+    """
+
+
+class IdempotencyNotOwned(FenceKitError):
+    """``mark_done`` by a worker that did not begin the key (or lost it)."""
+
+
+class IdempotencyResultMissing(FenceKitError):
+    """No memoised result: the key is absent, pending, done without a result, or expired."""
+
+
+class FencedOutError(FenceKitError):
+    """A write presented a fencing token older than the newest one recorded.
+
+    The write did not happen. A stale holder (paused, partitioned, reaped)
+    gets this instead of overwriting the work of a newer holder.
+    """
+
+
+class TokenExpiredError(FenceKitError):
+    """A handle is known to be expired before a write (local fast path).
+
+    Redis stays the source of truth; this only saves a round trip.
+    """
+
+
+class CanonicalizeError(FenceKitError, ValueError):
+    """The payload has no canonical JSON form (NaN, bytes, sets, objects…)."""
+
+
+class ConfigError(FenceKitError, ValueError):
+    """A setting is wrong: a URL, a worker attribute, a pool flag."""
+
+
+class PayloadError(FenceKitError, ValueError):
+    """A task envelope cannot be encoded, or a stored one cannot be decoded."""
+
+
+class EncodeError(FenceKitError, TypeError):
+    """The RESP encoder was given a value it cannot frame (only bytes, str, int, float)."""
+
+
+class StoreError(FenceKitError):
+    """Redis failed, timed out or disconnected during a call.
+
+    The command is never re-sent: a lost reply does not mean the command did
+    not run, so the caller decides what to do. ``__cause__`` holds the
+    original redis-py (or socket) exception.
+    """
+
+
+class NoCurrentJob(FenceKitError, RuntimeError):
+    """``current_job()`` was called outside a running job's ``perform``."""
+
+
+#: Error-reply prefixes used by fencekit's Lua scripts, mapped to exceptions.
+SCRIPT_ERRORS: dict[str, type[FenceKitError]] = {
+    "FENCED": FencedOutError,
+    "NOTOWNED": LockNotOwned,
+    "IDEMNOTOWNED": IdempotencyNotOwned,
+    "BADARG": ConfigError,
+}
+
+
+def script_error(message: str) -> FenceKitError | None:
+    """Map a Lua error reply to our exception, or ``None`` if it is not ours."""
+    head, _, rest = message.partition(" ")
+    cls = SCRIPT_ERRORS.get(head)
+    return cls(rest or message) if cls is not None else None

@@ -1,0 +1,158 @@
+"""Every Redis key fencekit uses is built here, and nowhere else.
+
+All keys begin with ``{prefix}:`` (default ``fencekit``). The keys that one Lua
+script touches share one Redis Cluster hash tag, so every script runs on
+Cluster too (DESIGN I5). The schema, with ``P`` the prefix::
+
+    primitives (tag = the resource or key name, or the tag it already carries)
+    P:lock:{R}                 STRING owner id, PX lease         DistributedLock
+    P:lock:{R}:seq             STRING last fencing token issued  DistributedLock
+    P:fence:{R}                STRING highest token accepted     FenceGate
+    P:idem:{K}                 STRING "pending:<owner>" | "done" IdempotencyGuard
+    P:idem:{K}:result          STRING JSON memo                  IdempotencyGuard
+
+    one queue Q (tag = the queue name)
+    P:{Q}:pending              LIST   envelopes; LPUSH in, RPOP out (FIFO)
+    P:{Q}:token                STRING last delivery token issued for Q
+    P:{Q}:inflight:<consumer>  HASH   token -> envelope, one per consumer incarnation
+    P:{Q}:scheduled            ZSET   envelope scored by due time (ms)
+    P:{Q}:stats                HASH   enqueued processed failed retried fenced_out dead
+    P:{Q}:dead                 HASH   dead-letter id -> JSON {reason, raw, at}
+    P:{Q}:dead:index           ZSET   dead-letter id scored by time (ms)
+    P:{Q}:wake                 LIST   at most one marker: "work may be waiting"
+
+    registry (tag = "registry")
+    P:{registry}:consumers     HASH   consumer id -> JSON {host, pid, queues, started}
+    P:{registry}:beats         ZSET   consumer id scored by last heartbeat (ms)
+    P:{registry}:queues        SET    every queue name ever used
+
+A resource or key name that already contains a hash tag (``"{batch-42}:x"``)
+keeps it, so a caller can co-locate, say, an idempotency key and its lock.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from fencekit.errors import ConfigError
+
+DEFAULT_PREFIX = "fencekit"
+
+_HAS_TAG = re.compile(r"\{[^}]+\}")
+_BAD_QUEUE = re.compile(r"[\s{}]")
+MAX_QUEUE_NAME = 200
+
+
+def _tagged(name: str) -> str:
+    """``name`` if it already carries a Cluster hash tag, else ``{name}``."""
+    first = name.find("{")
+    if first != -1 and _HAS_TAG.match(name, first):
+        return name
+    return "{" + name + "}"
+
+
+def validate_name(name: object, label: str) -> str:
+    """A resource, key or namespace: a non-empty ``str`` with no whitespace."""
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"{label} must be a non-empty str, got {name!r}")
+    if any(ch.isspace() for ch in name):
+        raise ConfigError(f"{label} must not contain whitespace: {name!r}")
+    return name
+
+
+def validate_prefix(prefix: object) -> str:
+    """A key prefix: a name without braces (braces would become the hash tag)."""
+    prefix = validate_name(prefix, "prefix")
+    if "{" in prefix or "}" in prefix:
+        raise ConfigError(f"prefix must not contain braces: {prefix!r}")
+    return prefix
+
+
+def validate_queue(name: object) -> str:
+    """A queue name: a raw identifier such as ``"emails"`` (no whitespace or braces)."""
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"queue name must be a non-empty str, got {name!r}")
+    if _BAD_QUEUE.search(name) or len(name) > MAX_QUEUE_NAME:
+        raise ConfigError(
+            f"queue name must have at most {MAX_QUEUE_NAME} characters and no whitespace or braces: {name!r}"
+        )
+    return name
+
+
+@dataclass(frozen=True, slots=True)
+class QueueKeys:
+    """The keys of one queue; all share the hash tag ``{queue}``."""
+
+    name: str
+    pending: str
+    token: str
+    scheduled: str
+    stats: str
+    dead: str
+    dead_index: str
+    wake: str
+    _inflight_base: str
+
+    def inflight(self, consumer_id: str) -> str:
+        """The in-flight hash of one consumer incarnation for this queue."""
+        return self._inflight_base + consumer_id
+
+
+class KeySpace:
+    """Builds the keys of one prefix (see the module docstring for the schema)."""
+
+    __slots__ = ("_queues", "prefix")
+
+    def __init__(self, prefix: str = DEFAULT_PREFIX) -> None:
+        self.prefix = validate_prefix(prefix)
+        self._queues: dict[str, QueueKeys] = {}
+
+    # primitives -----------------------------------------------------------
+    def lock(self, resource: str) -> str:
+        return f"{self.prefix}:lock:{_tagged(validate_name(resource, 'resource'))}"
+
+    def lock_seq(self, resource: str) -> str:
+        return self.lock(resource) + ":seq"
+
+    def fence(self, resource: str) -> str:
+        return f"{self.prefix}:fence:{_tagged(validate_name(resource, 'resource'))}"
+
+    def idempotency(self, key: str) -> str:
+        return f"{self.prefix}:idem:{_tagged(validate_name(key, 'idempotency key'))}"
+
+    def idempotency_result(self, key: str) -> str:
+        return self.idempotency(key) + ":result"
+
+    # queues ---------------------------------------------------------------
+    def queue(self, name: str) -> QueueKeys:
+        """The keys of queue ``name`` (cached: built once per queue)."""
+        keys = self._queues.get(name)
+        if keys is None:
+            base = f"{self.prefix}:{{{validate_queue(name)}}}:"
+            keys = QueueKeys(
+                name=name,
+                pending=base + "pending",
+                token=base + "token",
+                scheduled=base + "scheduled",
+                stats=base + "stats",
+                dead=base + "dead",
+                dead_index=base + "dead:index",
+                wake=base + "wake",
+                _inflight_base=base + "inflight:",
+            )
+            self._queues[name] = keys
+        return keys
+
+    # registry -------------------------------------------------------------
+    @property
+    def consumers(self) -> str:
+        return f"{self.prefix}:{{registry}}:consumers"
+
+    @property
+    def beats(self) -> str:
+        return f"{self.prefix}:{{registry}}:beats"
+
+    @property
+    def queues(self) -> str:
+        return f"{self.prefix}:{{registry}}:queues"

@@ -1,0 +1,54 @@
+-- The hot path: acknowledge finished deliveries and claim new ones in one
+-- atomic step. A claimed task moves from the queue into this consumer's
+-- in-flight hash under a fresh fencing token (DESIGN I1, I2); an ack counts
+-- only if that token is still this consumer's current delivery (I3).
+--
+-- KEYS[1]  pending     P:{Q}:pending
+-- KEYS[2]  inflight    P:{Q}:inflight:<consumer>  HASH token -> envelope
+-- KEYS[3]  token       P:{Q}:token                last token issued for Q
+-- KEYS[4]  stats       P:{Q}:stats                ("processed", "fenced_out")
+-- KEYS[5]  wake        P:{Q}:wake
+-- ARGV[1]  how many tasks to claim (0: only acknowledge)
+-- ARGV[2..] tokens of finished deliveries to acknowledge
+--
+-- Reply: { fenced, first, env_1, ..., env_n }
+--   fenced  array of the acknowledged tokens that were refused (reaped or
+--           returned meanwhile: counted as fenced_out, not processed)
+--   first   token of env_1 (env_i holds first + i - 1), 0 when none claimed
+--!include _next_token.lua
+--!include _wake.lua
+local fenced = {}
+local acked = 0
+for i = 2, #ARGV do
+  if redis.call('HDEL', KEYS[2], ARGV[i]) == 1 then
+    acked = acked + 1
+  else
+    fenced[#fenced + 1] = ARGV[i]
+  end
+end
+if acked > 0 then
+  redis.call('HINCRBY', KEYS[4], 'processed', acked)
+end
+if #fenced > 0 then
+  redis.call('HINCRBY', KEYS[4], 'fenced_out', #fenced)
+end
+local reply = { fenced, 0 }
+local want = tonumber(ARGV[1])
+if want > 0 then
+  local items = redis.call('RPOP', KEYS[1], want)
+  if items then
+    local first = next_tokens(KEYS[3], #items)
+    local fields = {}
+    for i, envelope in ipairs(items) do
+      fields[2 * i - 1] = string.format('%d', first + i - 1)
+      fields[2 * i] = envelope
+      reply[i + 2] = envelope
+    end
+    redis.call('HSET', KEYS[2], unpack(fields))
+    reply[2] = first
+    if #items == want and redis.call('LLEN', KEYS[1]) > 0 then
+      wake(KEYS[5])
+    end
+  end
+end
+return reply

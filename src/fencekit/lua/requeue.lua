@@ -1,0 +1,30 @@
+-- Put an in-flight delivery back at the head of its queue: a crash recovered
+-- by the reaper (attempt + 1, counted "retried"), or a task returned
+-- unfinished by a consumer that stops (same attempt, no counter).
+-- The job's fence is raised past the delivery, so its writes are refused.
+--
+-- KEYS[1]  inflight    P:{Q}:inflight:<consumer>
+-- KEYS[2]  pending     P:{Q}:pending
+-- KEYS[3]  stats       P:{Q}:stats
+-- KEYS[4]  wake        P:{Q}:wake
+-- KEYS[5]  job fence   P:fence:{Q}:job:<jid>
+-- ARGV[1]  token of the delivery
+-- ARGV[2]  envelope to queue
+-- ARGV[3]  stats field to increment, "" for none
+-- ARGV[4]  expiry of the job fence key in milliseconds
+--
+-- Reply: 1 when moved.
+-- Error: "FENCED ..." when the delivery is gone (acknowledged, or moved by
+--        another reaper) — nothing changes.
+--!include _wake.lua
+--!include _fence_past.lua
+if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then
+  return redis.error_reply('FENCED delivery ' .. ARGV[1] .. ' is no longer in flight')
+end
+redis.call('RPUSH', KEYS[2], ARGV[2])
+wake(KEYS[4])
+if ARGV[3] ~= '' then
+  redis.call('HINCRBY', KEYS[3], ARGV[3], 1)
+end
+fence_past(KEYS[5], ARGV[1], ARGV[4])
+return 1

