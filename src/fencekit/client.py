@@ -139,7 +139,9 @@ class Queue:
                 env = codec.decode(raw)
             except PayloadError:
                 continue
-            out.append(ScheduledTask(env.queue, env.operation, env.params, env.jid, env.attempt, score / 1000))
+            out.append(
+                ScheduledTask(env.queue, env.operation, env.params, env.jid, env.attempt, score / 1000)
+            )
         return out
 
     async def stats(self) -> QueueStats:
@@ -254,7 +256,9 @@ class Client:
             self.logger.info("task %s accepted: %s/%s", jid, task.queue, task.operation)
         return jid
 
-    async def enqueue_many(self, tasks: Iterable[Task], *, delay: float | timedelta | None = None) -> list[str]:
+    async def enqueue_many(
+        self, tasks: Iterable[Task], *, delay: float | timedelta | None = None
+    ) -> list[str]:
         """Accept many tasks in one round trip; all are validated before any is sent."""
         delay_ms = _delay_ms(delay)
         tasks = list(tasks)

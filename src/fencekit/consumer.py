@@ -28,15 +28,16 @@ import asyncio
 import contextvars
 import logging
 import time
-from datetime import timedelta
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import redis.asyncio
 
 from fencekit import codec, lua, settle
 from fencekit.backoff import Backoff
+from fencekit.client import Client
 from fencekit.errors import FencedOutError, PayloadError, StoreError
 from fencekit.fence import AsyncFenceGate
 from fencekit.job import Job, job_resource, set_current
@@ -104,6 +105,7 @@ class Consumer:
         self._gate = AsyncFenceGate(
             gate_client, prefix=keys.prefix, fence_ttl=timedelta(milliseconds=self.settings.fence_ttl_ms)
         )
+        self._client = Client(redis=gate_client, prefix=keys.prefix)
         self._qkeys = {q: keys.queue(q) for q in self.queues}
         self._inflight = {q: k.inflight(consumer_id) for q, k in self._qkeys.items()}
         self._wake_keys = {k.wake: q for q, k in self._qkeys.items()}
@@ -126,6 +128,10 @@ class Consumer:
     @property
     def running(self) -> int:
         return len(self._running)
+
+    async def connect(self) -> None:
+        """Open the hot-path connection now (otherwise the first turn opens it)."""
+        await self._connected()
 
     async def run(self) -> None:
         """Claim and perform until :meth:`stop`; then return unfinished tasks."""
@@ -318,6 +324,7 @@ class Consumer:
             token=FenceToken(token, job_resource(queue, envelope.jid)),
             params=envelope.params,
             gate=self._gate,
+            client=self._client,
         )
         set_current(job)
         if self._info:

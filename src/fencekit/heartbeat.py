@@ -26,7 +26,7 @@ from fencekit import lua
 from fencekit.backoff import Backoff
 from fencekit.errors import StoreError
 from fencekit.keys import KeySpace
-from fencekit.store import arun
+from fencekit.store import arun, translated
 
 BEATS_PER_TTL = 3
 HOSTNAME = socket.gethostname()
@@ -42,12 +42,14 @@ class Heartbeat:
         ttl: float,
         logger: logging.Logger,
         entries: Callable[[], Mapping[str, Mapping[str, Any]]],
+        on_success: Callable[[float], None] | None = None,
     ) -> None:
         self.client = client
         self.keys = keys
         self.ttl = ttl
         self.logger = logger
         self.entries = entries
+        self.on_success = on_success
         self.last_ok = 0.0
         self._backoff = Backoff(logger, "heartbeat", base=min(1.0, ttl / 10), cap=ttl / BEATS_PER_TTL)
 
@@ -58,12 +60,15 @@ class Heartbeat:
     async def beat_once(self) -> None:
         """Beat now for every current consumer; raises :class:`StoreError`."""
         entries = [(cid, orjson.dumps(dict(info))) for cid, info in self.entries().items()]
-        if not entries:
-            return
-        await arun(
-            self.client, lua.heartbeat(consumers=self.keys.consumers, beats=self.keys.beats, entries=entries)
-        )
+        if entries:
+            call = lua.heartbeat(consumers=self.keys.consumers, beats=self.keys.beats, entries=entries)
+            await arun(self.client, call)
+        else:
+            with translated():
+                await self.client.ping()
         self.last_ok = time.monotonic()
+        if self.on_success is not None:
+            self.on_success(self.last_ok)
 
     async def run(self) -> None:
         """Beat until cancelled; failures are logged and retried sooner."""

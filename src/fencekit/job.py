@@ -14,11 +14,16 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
 
 from fencekit.errors import NoCurrentJob
 from fencekit.fence import AsyncFenceGate
 from fencekit.tokens import FenceToken
+
+if TYPE_CHECKING:
+    from fencekit.client import Client
+    from fencekit.task import Task
 
 _current: ContextVar[Job] = ContextVar("fencekit_current_job")
 
@@ -39,10 +44,15 @@ class Job:
     token: FenceToken
     params: dict[str, Any]
     gate: AsyncFenceGate
+    client: Client
 
     async def set_if_fresh(self, key: str, value: str | bytes | int | float) -> None:
         """``SET key value`` fenced by this delivery's token (one atomic script)."""
         await self.gate.set_if_fresh(self.token, key, value)
+
+    async def enqueue(self, task: Task, *, delay: float | timedelta | None = None) -> str:
+        """Enqueue a follow-up task on this consumer's connection; returns its jid."""
+        return await self.client.enqueue(task, delay=delay)
 
 
 def current_job() -> Job:

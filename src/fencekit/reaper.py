@@ -95,18 +95,25 @@ class Reaper:
                 return moved
 
     async def reap(
-        self, consumer_id: str, *, forget_if_silent: bool, queues: Iterable[str] | None = None
+        self,
+        consumer_id: str,
+        *,
+        forget_if_silent: bool,
+        crashed: bool = True,
+        queues: Iterable[str] | None = None,
     ) -> int:
         """Return the tasks of ``consumer_id`` and forget it.
 
         ``forget_if_silent`` False forgets it unconditionally (the supervisor
         knows its child is dead); True only if its beat is still missing.
+        ``crashed`` False returns the tasks as they were (the supervisor cut a
+        stop short) instead of counting a failed attempt.
         """
         if queues is None:
             queues = await self._queues_of(consumer_id)
         moved = 0
         for queue in queues:
-            moved += await self._reap_queue(consumer_id, queue)
+            moved += await self._reap_queue(consumer_id, queue, crashed)
         ttl_ms = int(self.ttl * 1000) if forget_if_silent else 0
         forgotten = await arun(
             self.client,
@@ -116,13 +123,15 @@ class Reaper:
         )
         if forgotten:
             self.reaped_consumers += 1
-        if moved or forgotten:
+        if moved:
             self.logger.warning(
                 "reaped consumer %s: %d task(s) returned or failed%s",
                 consumer_id,
                 moved,
                 "" if forgotten else " (it is alive again: kept registered)",
             )
+        elif forgotten and forget_if_silent:
+            self.logger.warning("forgot silent consumer %s (it had no tasks in flight)", consumer_id)
         return moved
 
     async def _queues_of(self, consumer_id: str) -> list[str]:
@@ -138,7 +147,7 @@ class Reaper:
             # No usable record: look in every queue ever used.
             return sorted(_text(q) for q in await self.client.smembers(self.keys.queues))
 
-    async def _reap_queue(self, consumer_id: str, queue: str) -> int:
+    async def _reap_queue(self, consumer_id: str, queue: str, crashed: bool) -> int:
         qk = self.keys.queue(queue)
         inflight = qk.inflight(consumer_id)
         moved = 0
@@ -146,17 +155,18 @@ class Reaper:
         while True:
             with translated():
                 cursor, entries = await self.client.hscan(inflight, cursor, count=SCAN_COUNT)
+            judge = settle.after_crash if crashed else settle.after_stop
             verdicts = [
-                settle.after_crash(
+                judge(
                     self.keys,
                     queue,
                     inflight,
-                    int(token),
+                    int(tok),
                     _bytes(raw),
                     self.registry.policy,
                     settings=self.settings,
                 )
-                for token, raw in entries.items()
+                for tok, raw in entries.items()
             ]
             calls = [v.call for v in verdicts]
             for v in verdicts:

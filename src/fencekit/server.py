@@ -179,7 +179,10 @@ class Server:
             consumer_task = asyncio.create_task(self.consumer.run(), name="fencekit-consumer")
             self.logger.info(
                 "server %s started: queues %s, concurrency %d, %s",
-                self.consumer_id, ", ".join(queues), self.concurrency, _describe(),
+                self.consumer_id,
+                ", ".join(queues),
+                self.concurrency,
+                _describe(),
             )
             self.started.set()
             stop_wait = asyncio.create_task(self._stop.wait())

@@ -164,3 +164,19 @@ def after_crash(
         settings=settings,
     )
     return Verdict(call, envelope.jid, True, f"attempt {envelope.attempt + 1} -> {following + 1}")
+
+
+def after_stop(
+    keys: KeySpace,
+    queue: str,
+    inflight: str,
+    token: int,
+    raw: bytes,
+    policy_for: PolicyLookup,
+    *,
+    settings: SettleSettings,
+) -> Verdict:
+    """A stop cut short by the supervisor: back as it was, no attempt counted."""
+    jid = codec.peek_jid(raw)
+    call = requeue(keys, queue, inflight, token, raw, jid=jid, counter="", settings=settings)
+    return Verdict(call, jid, True, "returned unfinished at shutdown")

@@ -1,0 +1,24 @@
+"""The ``fencekit`` console command: ``fencekit pool APP ...`` (same flags as ``python -m fencekit.pool``)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print("usage: fencekit pool APP [options]   (fencekit pool --help for the options)")
+        return 0 if args else 2
+    command, rest = args[0], args[1:]
+    if command == "pool":
+        from fencekit.pool import main as pool_main
+
+        return pool_main(rest, prog="fencekit pool")
+    print(f"fencekit: error: unknown command {command!r} (known: pool)", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
