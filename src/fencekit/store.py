@@ -98,7 +98,6 @@ class RedisTarget:
             "socket_timeout": self.socket_timeout,
             "socket_connect_timeout": self.socket_connect_timeout,
             "retry": Retry(NoBackoff(), 0),
-            "retry_on_timeout": False,
         }
         if self.path is not None:
             kwargs["unix_socket_path"] = self.path

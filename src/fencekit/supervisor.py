@@ -168,8 +168,10 @@ class Supervisor:
         self.board = Board(self.settings.procs)
         self.board.set_beat_ok(time.monotonic())
         for child in self.children:
+            self._new_incarnation(child)
+        await self.heartbeat.beat_once()  # registered before they can claim: the reaper can see them
+        for child in self.children:
             self._spawn(child)
-        await self.heartbeat.beat_once()
         self._loops = [
             asyncio.create_task(self.heartbeat.run(), name="fencekit-heartbeat"),
             asyncio.create_task(self.reaper.run(), name="fencekit-reaper"),
@@ -246,22 +248,35 @@ class Supervisor:
         for child in self.children:
             if self.stopping:
                 return
+            old_pid = child.pid
             if child.alive and child.exited is not None:
                 exited = child.exited
                 child.info["replacing"] = True
                 self._signal(child, signal.SIGTERM)
                 await exited
-            while not child.ready and not self.stopping:
+            while not (child.ready and child.pid != old_pid) and not self.stopping:
                 self._read_board()
                 await asyncio.sleep(0.02)
         self.logger.info("rolling restart done")
 
     # children -----------------------------------------------------------------
-    def _spawn(self, child: Child) -> None:
-        assert self.board is not None
+    def _new_incarnation(self, child: Child) -> None:
+        """A fresh consumer id (never reused) for the next process of ``child``'s slot."""
         child.consumer_id = f"{HOSTNAME}:{os.getpid()}:child{child.slot}:{uuid.uuid4().hex[:12]}"
         child.ready = False
-        child.info = {}
+        child.info = {"registering": True}
+
+    async def _respawn(self, child: Child) -> None:
+        self._new_incarnation(child)
+        try:
+            await self.heartbeat.beat_once()
+        except StoreError as exc:  # the child cannot claim without Redis either
+            self.logger.warning("could not register child %d before starting it: %s", child.slot, exc)
+        if not self.stopping:
+            self._spawn(child)
+
+    def _spawn(self, child: Child) -> None:
+        assert self.board is not None
         config = ChildConfig(
             slot=child.slot,
             consumer_id=child.consumer_id,
@@ -296,6 +311,7 @@ class Supervisor:
             child.pid = child.popen.pid
         child.started = time.monotonic()
         child.alive = True
+        child.info.pop("registering", None)
         loop = asyncio.get_running_loop()
         child.exited = loop.create_future()
         child.pidfd = os.pidfd_open(child.pid)
@@ -328,6 +344,7 @@ class Supervisor:
         os.close(child.pidfd)
         child.pidfd = -1
         child.alive = False
+        child.ready = False
         lived = time.monotonic() - child.started
         if os.WIFSIGNALED(status):
             how = f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
@@ -391,7 +408,7 @@ class Supervisor:
         if delay:
             await asyncio.sleep(delay)
         if not self.stopping:
-            self._spawn(child)
+            await self._respawn(child)
 
     def _spawn_task(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -409,23 +426,28 @@ class Supervisor:
 
     async def _watch_hangs(self) -> None:
         timeout = self.settings.effective_hang_timeout
+        last = resumed = time.monotonic()
         while True:
             await asyncio.sleep(HANG_CHECK)
             if self.board is None:
                 return
-            self._read_board()
             now = time.monotonic()
+            if now - last > 4 * HANG_CHECK:
+                resumed = now  # the supervisor itself was stopped: so were its children, don't blame them
+            last = now
+            self._read_board()
             for child in self.children:
                 if not child.alive or not child.ready:
                     continue
                 tick, _, _, _ = self.board.read_slot(child.slot)
-                if now - tick > timeout and not child.info.get("hung"):
+                silent = now - max(tick, resumed)
+                if silent > timeout and not child.info.get("hung"):
                     child.info["hung"] = True
                     self.logger.error(
                         "child %d (pid %d) is hung: its event loop has not ticked for %.1fs; killing it",
                         child.slot,
                         child.pid,
-                        now - tick,
+                        silent,
                     )
                     self._signal(child, signal.SIGKILL)
 
@@ -443,11 +465,11 @@ class Supervisor:
                 self.settings.concurrency,
                 kind="pool-child",
                 slot=c.slot,
-                pid=c.pid,
+                pid=c.pid if c.alive else None,
                 supervisor=os.getpid(),
             )
             for c in self.children
-            if c.alive and not c.info.get("hung")
+            if (c.alive or c.info.get("registering")) and not c.info.get("hung")
         }
 
     def _beat_ok(self, when: float) -> None:
