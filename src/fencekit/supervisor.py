@@ -219,7 +219,7 @@ class Supervisor:
             self._signal(child, signal.SIGKILL if fast else signal.SIGTERM)
         waits = [c.exited for c in alive if c.exited is not None]
         if waits and not fast:
-            done, _ = await asyncio.wait(waits, timeout=self.settings.grace + 5.0)
+            await asyncio.wait(waits, timeout=self.settings.grace + 5.0)
             for child in self.children:
                 if child.alive:
                     self.logger.error("child %d did not stop within the grace period: killing it", child.slot)

@@ -47,7 +47,8 @@ APP = textwrap.dedent(
             job = current_job()
             await asyncio.sleep(payload.get("sleep", 0.002))
             try:
-                await job.set_if_fresh("effect:" + job.jid, os.environ.get("POOL_NAME", "?") + ":" + str(job.token.value))
+                value = os.environ.get("POOL_NAME", "?") + ":" + str(job.token.value)
+                await job.set_if_fresh("effect:" + job.jid, value)
             except FencedOutError:
                 await r().incr("fenced_writes")
                 raise
@@ -320,7 +321,9 @@ def test_sighup_replaces_children_one_by_one_without_losing_a_task(
         wait_until(lambda: "rolling restart done" in pool.output(), 30, what="rolling restart")
         wait_until(lambda: stats(srv).get("processed", 0) >= 1500, 60, what="all processed")
         after = set(child_pids(srv, pool.proc.pid))
-        assert before and after and not (before & after)
+        assert before
+        assert after
+        assert not (before & after)
         assert stats(srv)["processed"] == 1500
         assert stats(srv).get("retried", 0) == 0  # returned at a restart, not counted as a crash
     finally:
