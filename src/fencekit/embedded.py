@@ -36,10 +36,12 @@ def answers(host: str = "127.0.0.1", port: int = 6379, timeout: float = 0.5) -> 
     return reply.startswith((b"+PONG", b"-NOAUTH", b"-ERR"))
 
 
-def default_redis(data_dir: Path | None, logger: logging.Logger) -> tuple[str, RedisServer | None]:
-    """The default URL when Redis answers there, else a started private server."""
-    if answers():
-        return DEFAULT_URL, None
+def default_redis(
+    data_dir: Path | None, logger: logging.Logger, probe: tuple[str, int] = ("127.0.0.1", 6379)
+) -> tuple[str, RedisServer | None]:
+    """The default URL when Redis answers at ``probe``, else a started private server."""
+    if answers(*probe):
+        return f"redis://{probe[0]}:{probe[1]}/0", None
     binary = valkey_binary()
     if binary is None:
         try:
