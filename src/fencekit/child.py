@@ -162,7 +162,9 @@ async def _serve(config: ChildConfig, registry: WorkerRegistry, board: Board, lo
 
     async def ticker() -> None:
         while True:
-            board.tick(config.slot, time.monotonic(), state, pid, consumer.stats.processed)
+            board.tick(
+                config.slot, time.monotonic(), state, pid, consumer.stats.processed, consumer.stats.durations
+            )
             await asyncio.sleep(TICK)
 
     ticking = asyncio.create_task(ticker())
@@ -181,7 +183,7 @@ async def _serve(config: ChildConfig, registry: WorkerRegistry, board: Board, lo
             return EXIT_OK
         backoff.succeeded()
         state = READY
-        board.tick(config.slot, time.monotonic(), state, pid, 0)
+        board.tick(config.slot, time.monotonic(), state, pid, 0, consumer.stats.durations)
         from fencekit.compiled import describe
 
         logger.info(
@@ -203,7 +205,9 @@ async def _serve(config: ChildConfig, registry: WorkerRegistry, board: Board, lo
         return EXIT_OK
     finally:
         ticking.cancel()
-        board.tick(config.slot, time.monotonic(), STOPPING, pid, consumer.stats.processed)
+        board.tick(
+            config.slot, time.monotonic(), STOPPING, pid, consumer.stats.processed, consumer.stats.durations
+        )
         await redis.aclose()
 
 

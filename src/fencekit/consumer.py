@@ -40,6 +40,7 @@ from fencekit.backoff import Backoff
 from fencekit.client import Client
 from fencekit.errors import FencedOutError, PayloadError, StoreError
 from fencekit.fence import AsyncFenceGate
+from fencekit.histogram import DurationHistogram
 from fencekit.job import Job, job_resource, set_current
 from fencekit.keys import KeySpace, QueueKeys
 from fencekit.link import Link, open_link
@@ -66,7 +67,7 @@ class ConsumerStats:
     retried: int = 0
     fenced_out: int = 0
     returned: int = 0
-    durations: list[float] = field(default_factory=list)
+    durations: DurationHistogram = field(default_factory=DurationHistogram)
 
 
 class Consumer:
@@ -112,6 +113,7 @@ class Consumer:
         self._running: dict[tuple[str, int], asyncio.Task[None]] = {}
         self._acks: dict[str, list[int]] = {q: [] for q in self.queues}
         self._settles: list[tuple[str, int, lua.Call]] = []  # (queue, token, call)
+        self._jids: dict[tuple[str, int], str | None] = {}  # jid of each outcome not yet settled
         self._empty: set[str] = set()
         self._rotation = 0
         self._event = asyncio.Event()
@@ -180,7 +182,7 @@ class Consumer:
             try:
                 link = await self._connected()
                 if self._reconcile:
-                    await self._do_reconcile(link)
+                    await self._do_reconcile(link, metas)
                 replies = await link.pipeline(calls)
             except StoreError as exc:
                 self._restore(metas)
@@ -261,12 +263,15 @@ class Consumer:
                 self.stats.fenced_out += len(fenced)
                 for token in fenced:
                     self.logger.warning(
-                        "ack of delivery %s on queue %s fenced out: the task was reaped or returned "
-                        "while it ran, a newer delivery owns it",
+                        "task %s: ack of delivery %s on queue %s fenced out: the task was reaped or "
+                        "returned while it ran, a newer delivery owns it",
+                        self._jids.get((queue, int(token))),
                         _text(token),
                         queue,
                     )
             want, acks = extra
+            for token in acks:
+                self._jids.pop((queue, token), None)
             self.stats.processed += len(acks) - len(fenced)
             if kind != "claim":
                 continue
@@ -280,15 +285,18 @@ class Consumer:
             self.stats.claimed += len(envelopes)
 
     def _absorb_settle(self, queue: str, token: int, reply: Any) -> None:
+        jid = self._jids.pop((queue, token), None)
         if isinstance(reply, FencedOutError):
             self.stats.fenced_out += 1
             self.logger.warning(
-                "settling delivery %s on queue %s fenced out: the task was reaped or returned while it ran",
+                "task %s: settling delivery %s on queue %s fenced out: the task was reaped or returned "
+                "while it ran",
+                jid,
                 token,
                 queue,
             )
         elif isinstance(reply, BaseException):
-            self.logger.error("settling delivery %s on queue %s failed: %s", token, queue, reply)
+            self.logger.error("task %s: settling delivery %s on queue %s failed: %s", jid, token, queue, reply)
 
     # performing -------------------------------------------------------------
     def _start(self, queue: str, token: int, raw: bytes) -> None:
@@ -308,13 +316,13 @@ class Consumer:
         except PayloadError as exc:
             jid = codec.peek_jid(raw)
             self.logger.error("task %s on queue %s is malformed, dead-lettered: %s", jid, queue, exc)
-            self._settle(queue, token, self._fail(qk, token, jid, f"malformed payload: {exc}"))
+            self._settle(queue, token, self._fail(qk, token, jid, f"malformed payload: {exc}"), jid)
             return
         spec = self.registry.get(queue, envelope.operation)
         if spec is None:
             reason = f"no worker registered for operation {envelope.operation!r} on queue {queue!r}"
             self.logger.error("task %s dead-lettered: %s", envelope.jid, reason)
-            self._settle(queue, token, self._fail(qk, token, envelope.jid, reason))
+            self._settle(queue, token, self._fail(qk, token, envelope.jid, reason), envelope.jid)
             return
         job = Job(
             jid=envelope.jid,
@@ -340,11 +348,10 @@ class Consumer:
             self._on_failure(qk, token, envelope, spec.policy, exc)
             return
         finally:
-            self.stats.durations.append(time.perf_counter() - started)
-            if len(self.stats.durations) > 4096:
-                del self.stats.durations[:2048]
+            self.stats.durations.observe(time.perf_counter() - started)
         if self._info:
             self.logger.info("task %s completed in %.3fs", envelope.jid, time.perf_counter() - started)
+        self._jids[(queue, token)] = envelope.jid
         self._acks[queue].append(token)
         self._event.set()
 
@@ -357,7 +364,7 @@ class Consumer:
             self.logger.error(
                 "task %s failed permanently after %d attempt(s): %r", envelope.jid, envelope.attempt + 1, exc
             )
-            self._settle(qk.name, token, self._fail(qk, token, envelope.jid, ""))
+            self._settle(qk.name, token, self._fail(qk, token, envelope.jid, ""), envelope.jid)
             return
         delay = policy.delay(envelope.attempt)
         self.stats.retried += 1
@@ -372,6 +379,7 @@ class Consumer:
             qk.name,
             token,
             settle.retry(self.keys, qk.name, self._inflight[qk.name], token, envelope, following),
+            envelope.jid,
         )
 
     def _fail(self, qk: QueueKeys, token: int, jid: str | None, reason: str) -> lua.Call:
@@ -386,7 +394,8 @@ class Consumer:
             settings=self.settings,
         )
 
-    def _settle(self, queue: str, token: int, call: lua.Call) -> None:
+    def _settle(self, queue: str, token: int, call: lua.Call, jid: str | None = None) -> None:
+        self._jids[(queue, token)] = jid
         self._settles.append((queue, token, call))
         self._event.set()
 
@@ -437,12 +446,19 @@ class Consumer:
         except asyncio.TimeoutError:
             pass
 
-    async def _do_reconcile(self, link: Link) -> None:
-        """Return in-flight tasks this consumer does not know it runs (lost claim replies)."""
+    async def _do_reconcile(self, link: Link, metas: list[tuple[str, str, Any]]) -> None:
+        """Return in-flight tasks this consumer does not know it runs (lost claim replies).
+
+        Known are the tasks running, and those whose outcome waits to be sent:
+        in this turn (``metas``) or a later one.
+        """
         for queue in self.queues:
             entries = await link.execute("HGETALL", self._inflight[queue])
             known = {t for (q, t) in self._running if q == queue} | set(self._acks[queue])
             known |= {t for (q, t, _) in self._settles if q == queue}
+            for kind, q, extra in metas:
+                if q == queue:
+                    known |= {extra[0]} if kind == "settle" else set(extra[1])
             calls = [
                 self._requeue(queue, int(token), raw, counter="")
                 for token, raw in zip(entries[::2], entries[1::2])

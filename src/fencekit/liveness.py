@@ -17,12 +17,18 @@ import mmap
 import os
 import struct
 
+from fencekit.histogram import DEFAULT_BUCKETS, DurationHistogram
+
 TICK = 0.5
 
 STARTING, READY, STOPPING = 0, 1, 2
 
 _HEADER = struct.Struct("d")  # supervisor: last heartbeat that reached Redis
-_SLOT = struct.Struct("dqqq")  # tick, state, pid, tasks settled by this child
+# tick, state, pid, tasks processed, duration sum, duration counts per bucket (+Inf last)
+_SLOT = struct.Struct(f"dqqqd{len(DEFAULT_BUCKETS) + 1}q")
+
+
+_ZEROS = (0,) * (len(DEFAULT_BUCKETS) + 1)
 
 
 class Board:
@@ -42,18 +48,27 @@ class Board:
         _HEADER.pack_into(self._map, 0, when)
 
     def reset_slot(self, slot: int, now: float) -> None:
-        _SLOT.pack_into(self._map, self._offset(slot), now, STARTING, 0, 0)
+        _SLOT.pack_into(self._map, self._offset(slot), now, STARTING, 0, 0, 0.0, *_ZEROS)
 
     def read_slot(self, slot: int) -> tuple[float, int, int, int]:
-        tick, state, pid, settled = _SLOT.unpack_from(self._map, self._offset(slot))
+        tick, state, pid, settled = _SLOT.unpack_from(self._map, self._offset(slot))[:4]
         return tick, state, pid, settled
+
+    def read_durations(self, slot: int) -> DurationHistogram:
+        """The job-duration histogram child ``slot`` last published."""
+        fields = _SLOT.unpack_from(self._map, self._offset(slot))
+        return DurationHistogram.from_counts(fields[5:], fields[4])
 
     # child side ------------------------------------------------------------
     def beat_ok(self) -> float:
         return float(_HEADER.unpack_from(self._map, 0)[0])
 
-    def tick(self, slot: int, now: float, state: int, pid: int, settled: int) -> None:
-        _SLOT.pack_into(self._map, self._offset(slot), now, state, pid, settled)
+    def tick(
+        self, slot: int, now: float, state: int, pid: int, settled: int, durations: DurationHistogram
+    ) -> None:
+        _SLOT.pack_into(
+            self._map, self._offset(slot), now, state, pid, settled, durations.sum, *durations.counts
+        )
 
     def _offset(self, slot: int) -> int:
         if not 0 <= slot < self.slots:

@@ -138,9 +138,9 @@ def idem_done(*, key: str, result: str, owner: str, ttl_s: int, store: bool, mem
     return call("idem_done", (key, result), (owner, ttl_s, 1 if store else 0, memo))
 
 
-def idem_reclaim(*, key: str, result: str, lock: str, owner: str, ttl_s: int) -> Call:
-    """Begin or take over a stale pending key (``idem_reclaim.lua``)."""
-    return call("idem_reclaim", (key, result, lock), (owner, ttl_s))
+def idem_reclaim(*, key: str, result: str, lock: str, owner: str, ttl_s: int, reserve_ms: int) -> Call:
+    """Begin or take over a stale pending key, reserving the lock (``idem_reclaim.lua``)."""
+    return call("idem_reclaim", (key, result, lock), (owner, ttl_s, reserve_ms))
 
 
 # -- queue -----------------------------------------------------------------------------

@@ -60,7 +60,7 @@ class Server:
         redis_url: str = DEFAULT_URL,
         *,
         concurrency: int = 1,
-        web_port: int = 3030,
+        web_port: int | None = 3030,
         web_host: str = "127.0.0.1",
         admin_username: str | None = None,
         admin_password: str | None = None,
@@ -73,8 +73,10 @@ class Server:
     ) -> None:
         if type(concurrency) is not int or concurrency < 1:
             raise ConfigError(f"concurrency must be an int >= 1, got {concurrency!r}")
-        if type(web_port) is not int or not 0 <= web_port < 65536:
-            raise ConfigError(f"web_port must be an int from 0 to 65535, got {web_port!r}")
+        if web_port is not None and (type(web_port) is not int or not 0 <= web_port < 65536):
+            raise ConfigError(
+                f"web_port must be an int from 0 to 65535 (or None for no web server), got {web_port!r}"
+            )
         if link not in ("lean", "redis-py"):
             raise ConfigError(f"link must be 'lean' or 'redis-py', got {link!r}")
         self.target = parse_url(redis_url)
@@ -101,6 +103,7 @@ class Server:
         self._redis = async_client(self.target)
         self._client = Client(redis=self._redis, prefix=prefix, max_payload=max_payload)
         self.started = asyncio.Event()
+        self.web: Any = None
 
     # configuration -----------------------------------------------------------
     def add_workers(self, *workers: object) -> None:
@@ -130,6 +133,10 @@ class Server:
     async def stats(self) -> QueueStats:
         return await self._client.stats()
 
+    @property
+    def web_port_enabled(self) -> bool:
+        return self.web_port is not None
+
     def stop(self) -> None:
         """Ask :meth:`run` to shut down (what SIGTERM and SIGINT do)."""
         self._stop.set()
@@ -146,6 +153,11 @@ class Server:
         try:
             with translated():
                 await self._redis.ping()
+            if self.web_port_enabled:
+                from fencekit.web import web_for_server
+
+                self.web = web_for_server(self)
+                await self.web.start()
             for hook in self._startup:
                 await hook()
             with translated():
@@ -203,6 +215,9 @@ class Server:
             finally:
                 for remove in removers:
                     remove()
+                if self.web is not None:
+                    await self.web.stop()
+                    self.web = None
                 await self._redis.aclose()
                 self.started.clear()
                 self.logger.info("server %s stopped", self.consumer_id)

@@ -40,6 +40,7 @@ from fencekit import sdnotify
 from fencekit.child import EXIT_BOOT_ERROR, ChildConfig, fork_hygiene
 from fencekit.child import run as run_child
 from fencekit.errors import ConfigError, StoreError
+from fencekit.histogram import DurationHistogram
 from fencekit.heartbeat import HOSTNAME, Heartbeat, consumer_info
 from fencekit.keys import KeySpace
 from fencekit.liveness import READY, Board
@@ -158,6 +159,7 @@ class Supervisor:
         self._loops: list[asyncio.Task[None]] = []
         self._pending: set[asyncio.Task[Any]] = set()
         self._started_at = time.monotonic()
+        self._retired = DurationHistogram()  # durations of children that have exited
 
     # lifecycle ----------------------------------------------------------------
     async def start(self) -> None:
@@ -340,6 +342,8 @@ class Supervisor:
     def _on_exit(self, child: Child) -> None:
         loop = asyncio.get_running_loop()
         loop.remove_reader(child.pidfd)
+        if self.board is not None:
+            self._retired = self._retired + self.board.read_durations(child.slot)
         status = self._collect(child)
         os.close(child.pidfd)
         child.pidfd = -1
@@ -475,6 +479,15 @@ class Supervisor:
     def _beat_ok(self, when: float) -> None:
         if self.board is not None:
             self.board.set_beat_ok(when)
+
+    def durations(self) -> DurationHistogram:
+        """Job durations of every child, past and present, summed bucket by bucket."""
+        total = self._retired
+        if self.board is not None:
+            for child in self.children:
+                if child.alive:
+                    total = total + self.board.read_durations(child.slot)
+        return total
 
     def children_info(self) -> list[dict[str, Any]]:
         """Pid, restarts and uptime of each child (for /admin and /metrics)."""

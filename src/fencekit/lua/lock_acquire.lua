@@ -7,9 +7,11 @@
 --
 -- Reply: the new token (integer), or nil when the lock is held.
 -- The token is issued only when the lease is granted, so tokens grow by
--- grant, never by attempt.
+-- grant, never by attempt. A reservation "0:<owner>" left by
+-- idem_reclaim.lua counts as free for that owner only.
 --!include _next_token.lua
-if redis.call('EXISTS', KEYS[1]) == 1 then
+local current = redis.call('GET', KEYS[1])
+if current and current ~= '0:' .. ARGV[1] then
   return nil
 end
 local token = next_tokens(KEYS[2], 1)
