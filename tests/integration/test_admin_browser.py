@@ -1,0 +1,239 @@
+"""/admin in a real headless Chromium (Debian's ``chromium`` package).
+
+A real ``Server`` fills a real Redis, the app runs under uvicorn on a free
+port, and Chromium loads ``/admin`` with the Basic Auth credentials in the
+URL. The test reads the DOM Chromium built after load (``--dump-dom``): the
+counters and queue names are there as text, and the hostile queue name and
+dead-letter reason created no element. It also saves a screenshot (set
+``FENCEKIT_UPDATE_SCREENSHOT=1`` to refresh ``docs/admin.png`` as well).
+
+A missing Chromium fails the test with the install command; it never skips.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fencekit.admin import AdminSource
+from fencekit.client import Client
+from fencekit.server import Server
+from fencekit.task import Task
+from fencekit.web import WebServer, create_app
+
+HOSTILE = "<img/src=x/onerror=alert(1)>"
+HOSTILE_OP = "<script>alert(2)</script>"
+USER, PASSWORD = "alice", "secret"
+REPO = Path(__file__).resolve().parents[2]
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+)
+
+
+class Quick:
+    queue = HOSTILE
+    operation = "ok"
+
+    @classmethod
+    async def perform(cls, payload: dict[str, Any]) -> None:
+        return None
+
+
+class Boom:
+    queue = "emails"
+    operation = "send"
+    retry = False
+
+    @classmethod
+    async def perform(cls, payload: dict[str, Any]) -> None:
+        if payload.get("fail"):
+            raise RuntimeError("smtp refused")
+
+
+class Slow:
+    queue = "reports"
+    operation = "render"
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+
+    async def perform(self, payload: dict[str, Any]) -> None:
+        await self.release.wait()
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    """The Chromium binary; its absence fails the test (CI installs the ``chromium`` package)."""
+    explicit = os.environ.get("FENCEKIT_CHROMIUM")
+    found = explicit or shutil.which("chromium") or shutil.which("chromium-browser")
+    if not found:
+        pytest.fail(
+            "headless Chromium not found: install it with `apt-get install -y chromium` "
+            "(or set FENCEKIT_CHROMIUM to a Chromium/Chrome binary)",
+            pytrace=False,
+        )
+    return found
+
+
+@pytest.fixture
+async def admin_url(redis_url: str) -> AsyncIterator[str]:
+    """``http://127.0.0.1:PORT`` of a dashboard over a populated Redis, behind Basic Auth."""
+    server = Server(redis_url, web_port=0, concurrency=4, grace=1.0, heartbeat_ttl=5.0)
+    slow = Slow()
+    server.add_workers(Quick, Boom, slow)
+    run = asyncio.create_task(server.run())
+    source = AdminSource.from_url(
+        redis_url,
+        queues=[HOSTILE, "emails", "reports", "thumbnails"],
+        durations=lambda: server.consumer.stats.durations if server.consumer is not None else [],
+        heartbeat_ttl=5.0,
+    )
+    web = WebServer(create_app(source, admin_username=USER, admin_password=PASSWORD), port=0)
+    try:
+        await asyncio.wait_for(server.started.wait(), 10)
+        async with Client(redis_url) as client:
+            for i in range(5):
+                await client.enqueue(Task(HOSTILE, "ok", {"i": i}))
+            for i in range(4):
+                await client.enqueue(Task("emails", "send", {"to": f"user{i}@example.com", "fail": i == 3}))
+            await client.enqueue(Task("emails", HOSTILE_OP, {"note": "<b>bold</b>"}))
+            await client.enqueue(Task("emails", "send", {"to": "later@example.com"}), delay=3600)
+            await client.enqueue(Task("reports", "render", {"id": 7}))
+            for i in range(3):
+                await client.enqueue(Task("thumbnails", "resize", {"id": i}))
+            deadline = time.monotonic() + 10
+            while True:
+                stats = await client.stats()
+                if (
+                    stats.processed == 8
+                    and stats.dead == 1
+                    and await client.queue("reports").in_flight() == 1
+                ):
+                    break
+                assert time.monotonic() < deadline, f"the tasks did not settle: {stats}"
+                await asyncio.sleep(0.02)
+        await web.start()
+        yield web.url
+    finally:
+        await web.stop()
+        await source.aclose()
+        slow.release.set()
+        server.stop()
+        await asyncio.wait_for(run, 20)
+
+
+async def run_chromium(chromium: str, *args: str, timeout: float = 60.0) -> bytes:
+    """Run headless Chromium while this event loop keeps serving; return its stdout."""
+    with tempfile.TemporaryDirectory(prefix="fk-chromium-") as profile:
+        proc = await asyncio.create_subprocess_exec(
+            chromium,
+            *CHROMIUM_FLAGS,
+            f"--user-data-dir={profile}",
+            *args,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), timeout)
+        except asyncio.TimeoutError:
+            proc.kill()
+            await proc.wait()
+            raise AssertionError(f"chromium did not finish within {timeout}s") from None
+    assert proc.returncode == 0, (
+        f"chromium exited with {proc.returncode}: {err.decode(errors='replace')[-2000:]}"
+    )
+    return out
+
+
+class DomText(HTMLParser):
+    """Collects the text and the element names of a serialized DOM."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[str] = []
+        self.chunks: list[str] = []
+        self._skip = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+        if tag in ("style", "title"):
+            self._skip += 1
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("style", "title"):
+            self._skip -= 1
+
+    def handle_data(self, data: str) -> None:
+        if not self._skip:
+            self.chunks.append(data)
+
+    @property
+    def text(self) -> str:
+        return " ".join(" ".join(self.chunks).split())
+
+
+def with_credentials(url: str, path: str) -> str:
+    return url.replace("http://", f"http://{USER}:{PASSWORD}@", 1) + path
+
+
+async def test_chromium_renders_the_dashboard_with_escaped_hostile_strings(
+    admin_url: str, chromium: str
+) -> None:
+    dom = (await run_chromium(chromium, "--dump-dom", with_credentials(admin_url, "/admin"))).decode()
+    page = DomText()
+    page.feed(dom)
+    text = page.text
+
+    assert "processed 8" in text, text
+    assert "failed 2" in text
+    assert "fenced out 0" in text
+    assert "dead 1" in text
+    for queue in (HOSTILE, "emails", "reports", "thumbnails"):
+        assert queue in text, queue
+    # the hostile strings are text, and no element was made from them
+    assert f"no worker registered for operation '{HOSTILE_OP}' on queue 'emails'" in text
+    assert "<b>bold</b>" in text  # the dead letter's payload, as text
+    assert "img" not in page.tags
+    assert "script" not in page.tags
+    assert "b" not in page.tags
+    assert page.tags.count("form") == 1  # one Re-enqueue form, for the one dead letter
+    assert "Consumers" in text
+    assert "alive" in text
+
+
+async def test_chromium_without_credentials_gets_no_dashboard(admin_url: str, chromium: str) -> None:
+    dom = (await run_chromium(chromium, "--dump-dom", admin_url + "/admin")).decode()
+    assert "processed" not in dom  # Chromium shows nothing of a 401 it cannot answer
+
+
+async def test_chromium_screenshot_of_the_dashboard(admin_url: str, chromium: str, tmp_path: Path) -> None:
+    shot = tmp_path / "admin.png"
+    await run_chromium(
+        chromium, f"--screenshot={shot}", "--window-size=1280,900", with_credentials(admin_url, "/admin")
+    )
+    data = shot.read_bytes()
+    assert data.startswith(b"\x89PNG\r\n\x1a\n")
+    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    assert (width, height) == (1280, 900)
+    assert len(data) > 20_000  # a rendered page, not a blank or an error
+    if os.environ.get("FENCEKIT_UPDATE_SCREENSHOT") == "1":
+        target = REPO / "docs" / "admin.png"
+        target.parent.mkdir(exist_ok=True)
+        shutil.copyfile(shot, target)

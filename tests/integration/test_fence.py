@@ -1,0 +1,370 @@
+"""FenceGate and AsyncFenceGate on a real Redis, with the stale-holder race.
+
+Every scenario runs against both APIs and both ``decode_responses`` modes
+through the ``api`` adapter; outcomes are checked by reading Redis directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio
+
+from fencekit.errors import ConfigError, FencedOutError, LockNotOwned, StoreError
+from fencekit.fence import AsyncFenceGate, FenceGate
+from fencekit.idempotency import AsyncIdempotencyGuard, IdempotencyGuard
+from fencekit.lock import AsyncDistributedLock, DistributedLock
+from fencekit.testing import RedisServer, wait_until
+from fencekit.tokens import FenceToken, LockHandle
+
+# -- the adapter: one scenario, both APIs (the same block opens test_fence.py and
+# test_idempotency.py; it belongs in tests/integration/conftest.py) ---------------
+
+
+class Api:
+    """Builds the sync or the asyncio primitives; ``await api(x)`` awaits only if needed."""
+
+    def __init__(self, kind: str, decode: bool, url: str) -> None:
+        self.kind, self.decode, self.url = kind, decode, url
+        self.is_async = kind == "async"
+        self._clients: list[Any] = []
+        self.client = self.connect(url)
+
+    def connect(self, url: str | None = None) -> Any:
+        """A new client of this API's kind (its own connection pool)."""
+        factory = redis.asyncio.Redis if self.is_async else redis.Redis
+        client = factory.from_url(url or self.url, decode_responses=self.decode)
+        self._clients.append(client)
+        return client
+
+    def lock(self, client: Any = None, **kwargs: Any) -> Any:
+        cls = AsyncDistributedLock if self.is_async else DistributedLock
+        return cls(client or self.client, **kwargs)
+
+    def gate(self, client: Any = None, **kwargs: Any) -> Any:
+        cls = AsyncFenceGate if self.is_async else FenceGate
+        return cls(client or self.client, **kwargs)
+
+    def guard(self, client: Any = None, **kwargs: Any) -> Any:
+        cls = AsyncIdempotencyGuard if self.is_async else IdempotencyGuard
+        return cls(client or self.client, **kwargs)
+
+    async def __call__(self, value: Any) -> Any:
+        return await value if inspect.isawaitable(value) else value
+
+    @asynccontextmanager
+    async def hold(self, lock: Any, resource: str, **kwargs: Any) -> AsyncIterator[LockHandle]:
+        if self.is_async:
+            async with lock.hold(resource, **kwargs) as handle:
+                yield handle
+        else:
+            with lock.hold(resource, **kwargs) as handle:
+                yield handle
+
+    async def race(self, n: int, contender: Callable[[Any], Any]) -> list[Any]:
+        """Run ``contender(own_client)`` n times at once (threads or tasks).
+
+        Returns each contender's result or exception.
+        """
+        clients = [self.connect() for _ in range(n)]
+        if self.is_async:
+            for client in clients:
+                await client.ping()
+
+            async def one(client: Any) -> Any:
+                try:
+                    return await contender(client)
+                except Exception as exc:
+                    return exc
+
+            return list(await asyncio.gather(*(one(c) for c in clients)))
+        results: list[Any] = [None] * n
+        barrier = threading.Barrier(n)
+
+        def run(i: int) -> None:
+            clients[i].ping()
+            barrier.wait()
+            try:
+                results[i] = contender(clients[i])
+            except Exception as exc:
+                results[i] = exc
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        return results
+
+    async def close(self) -> None:
+        for client in self._clients:
+            await self(client.aclose() if self.is_async else client.close())
+
+
+@pytest.fixture(
+    params=[("sync", False), ("sync", True), ("async", False), ("async", True)],
+    ids=["sync-bytes", "sync-decoded", "async-bytes", "async-decoded"],
+)
+async def api(request: pytest.FixtureRequest, redis_url: str) -> AsyncIterator[Api]:
+    adapter = Api(request.param[0], request.param[1], redis_url)
+    yield adapter
+    await adapter.close()
+
+
+@pytest.fixture
+def raw(redis_url: str) -> Iterator[redis.Redis]:
+    """A plain client to look at Redis directly."""
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    yield client
+    client.close()
+
+
+def expired(raw: redis.Redis, key: str) -> None:
+    """Wait (without a fixed sleep) until Redis has expired ``key``."""
+    wait_until(lambda: not raw.exists(key), timeout=30, what=f"{key} to expire")
+
+
+# -- end of the adapter ------------------------------------------------------------
+
+TTL = timedelta(seconds=30)
+SHORT = timedelta(milliseconds=200)
+FENCE = "fencekit:fence:{batch-42}"
+TARGET = "{batch-42}:status"
+
+
+def token(value: int, resource: str = "batch-42") -> FenceToken:
+    return FenceToken(value, resource)
+
+
+async def test_a_stale_holder_is_fenced_out_and_changes_nothing(
+    api: Api, raw: redis.Redis
+) -> None:
+    """The seed's race: A's lease expires while B acquires a larger token."""
+    lock, gate = api.lock(), api.gate()
+
+    a = await api(lock.acquire("batch-42", ttl=SHORT, owner_id="worker"))
+    await api(gate.set_if_fresh(a.token, TARGET, "a: started"))
+    assert raw.get(TARGET) == "a: started"
+
+    # A pauses; its lease expires; B (same owner id, a new grant) takes over.
+    expired(raw, lock.lock_key("batch-42"))
+    b = await api(lock.acquire("batch-42", ttl=timedelta(seconds=20), owner_id="worker"))
+    assert b.token.value > a.token.value
+    await api(gate.set_if_fresh(b.token, TARGET, "b: running"))
+
+    # A wakes up and carries on as if it still held the lock.
+    with pytest.raises(FencedOutError):
+        await api(gate.set_if_fresh(a.token, TARGET, "a: finished"))
+    with pytest.raises(FencedOutError):
+        await api(gate.check_and_advance(a.token))
+    with pytest.raises(FencedOutError):
+        await api(gate.check(a.token))
+    with pytest.raises(LockNotOwned):
+        await api(lock.extend(a, ttl=timedelta(hours=1)))
+    with pytest.raises(LockNotOwned):
+        await api(lock.release(a))
+
+    # Nothing A did after the takeover landed.
+    assert raw.get(TARGET) == "b: running"
+    assert raw.get(FENCE) == str(b.token.value)
+    assert await api(gate.current_max("batch-42")) == b.token.value
+    assert raw.get(lock.lock_key("batch-42")) == f"{b.token.value}:worker"
+    assert 0 < raw.pttl(lock.lock_key("batch-42")) <= 20_000
+
+    # B is unaffected and finishes normally.
+    await api(gate.set_if_fresh(b.token, TARGET, "b: done"))
+    await api(lock.release(b))
+    assert raw.get(TARGET) == "b: done"
+    assert not raw.exists(lock.lock_key("batch-42"))
+
+
+async def test_set_if_fresh_writes_and_advances_the_fence(api: Api, raw: redis.Redis) -> None:
+    gate = api.gate()
+    await api(gate.set_if_fresh(token(100), TARGET, "v1"))
+    assert raw.get(TARGET) == "v1"
+    assert raw.get(FENCE) == "100"
+    assert raw.ttl(FENCE) == -1  # no fence_ttl: the fence never forgets
+
+
+async def test_equal_tokens_pass_so_one_grant_may_write_many_times(
+    api: Api, raw: redis.Redis
+) -> None:
+    gate = api.gate()
+    for i in range(3):
+        await api(gate.set_if_fresh(token(100), TARGET, f"v{i}"))
+    await api(gate.check_and_advance(token(100)))
+    assert await api(gate.check(token(100))) == 100
+    assert raw.get(TARGET) == "v2"
+    assert raw.get(FENCE) == "100"
+
+
+async def test_an_older_token_changes_nothing(api: Api, raw: redis.Redis) -> None:
+    gate = api.gate()
+    await api(gate.set_if_fresh(token(100), TARGET, "new"))
+    with pytest.raises(FencedOutError, match="99"):
+        await api(gate.set_if_fresh(token(99), TARGET, "old"))
+    with pytest.raises(FencedOutError):
+        await api(gate.set_if_fresh(token(1), "{batch-42}:other", "old"))
+    assert raw.get(TARGET) == "new"
+    assert not raw.exists("{batch-42}:other")
+    assert raw.get(FENCE) == "100"
+
+
+async def test_a_newer_token_passes_and_raises_the_fence(api: Api, raw: redis.Redis) -> None:
+    gate = api.gate()
+    await api(gate.set_if_fresh(token(100), TARGET, "a"))
+    await api(gate.set_if_fresh(token(2**52), TARGET, "b"))
+    assert raw.get(TARGET) == "b"
+    assert raw.get(FENCE) == str(2**52)
+
+
+@pytest.mark.parametrize(
+    ("value", "stored"),
+    [("text", "text"), (b"\x00bytes\xff", None), (42, "42"), (1.5, "1.5"), ("", "")],
+    ids=["str", "bytes", "int", "float", "empty"],
+)
+async def test_set_if_fresh_stores_str_bytes_int_and_float(
+    api: Api, redis_url: str, value: Any, stored: str | None
+) -> None:
+    await api(api.gate().set_if_fresh(token(7), TARGET, value))
+    with redis.Redis.from_url(redis_url) as binary:
+        expected = value if isinstance(value, bytes) else stored.encode()  # type: ignore[union-attr]
+        assert binary.get(TARGET) == expected
+
+
+@pytest.mark.parametrize("value", [True, None, [1], {"a": 1}, object()], ids=repr)
+async def test_set_if_fresh_refuses_other_values(api: Api, raw: redis.Redis, value: Any) -> None:
+    with pytest.raises(TypeError, match="value must be"):
+        await api(api.gate().set_if_fresh(token(7), TARGET, value))
+    assert raw.keys("*") == []
+
+
+async def test_the_target_cannot_be_the_fence_key(api: Api, raw: redis.Redis) -> None:
+    gate = api.gate()
+    with pytest.raises(ConfigError, match="fence key"):
+        await api(gate.set_if_fresh(token(7), gate.fence_key("batch-42"), "x"))
+    with pytest.raises(ConfigError, match="key"):
+        await api(gate.set_if_fresh(token(7), "", "x"))
+    assert raw.keys("*") == []
+
+
+async def test_a_token_must_be_a_fence_token(api: Api, raw: redis.Redis) -> None:
+    gate = api.gate()
+    for bad in (100, "100", None):
+        with pytest.raises(TypeError, match="FenceToken"):
+            await api(gate.set_if_fresh(bad, TARGET, "x"))
+        with pytest.raises(TypeError, match="FenceToken"):
+            await api(gate.check(bad))
+        with pytest.raises(TypeError, match="FenceToken"):
+            await api(gate.check_and_advance(bad))
+    assert raw.keys("*") == []
+
+
+async def test_check_is_diagnostic_and_does_not_advance(api: Api, raw: redis.Redis) -> None:
+    gate = api.gate()
+    assert await api(gate.check(token(50))) == 0
+    assert not raw.exists(FENCE)
+    await api(gate.check_and_advance(token(60)))
+    assert await api(gate.check(token(70))) == 60
+    assert raw.get(FENCE) == "60"
+    with pytest.raises(FencedOutError):
+        await api(gate.check(token(59)))
+
+
+async def test_check_and_advance_records_the_newest_token(api: Api, raw: redis.Redis) -> None:
+    gate = api.gate()
+    await api(gate.check_and_advance(token(10)))
+    await api(gate.check_and_advance(token(30)))
+    with pytest.raises(FencedOutError):
+        await api(gate.check_and_advance(token(20)))
+    assert raw.get(FENCE) == "30"
+    assert raw.keys("*") == [FENCE]
+
+
+async def test_current_max_is_zero_until_a_token_is_accepted(api: Api) -> None:
+    gate = api.gate()
+    assert await api(gate.current_max("batch-42")) == 0
+    await api(gate.check_and_advance(token(5)))
+    assert await api(gate.current_max("batch-42")) == 5
+    assert await api(gate.current_max("other")) == 0
+
+
+async def test_each_resource_has_its_own_fence(api: Api, raw: redis.Redis) -> None:
+    gate = api.gate()
+    await api(gate.check_and_advance(token(1000, "a")))
+    await api(gate.check_and_advance(token(5, "b")))
+    assert raw.get("fencekit:fence:{a}") == "1000"
+    assert raw.get("fencekit:fence:{b}") == "5"
+
+
+async def test_fence_ttl_puts_an_expiry_on_the_fence_key(api: Api, raw: redis.Redis) -> None:
+    gate = api.gate(fence_ttl=timedelta(hours=1))
+    await api(gate.set_if_fresh(token(5), TARGET, "x"))
+    assert 0 < raw.pttl(FENCE) <= 3_600_000
+    assert raw.ttl(TARGET) == -1
+    await api(gate.check_and_advance(token(6)))
+    assert 0 < raw.pttl(FENCE) <= 3_600_000
+    with pytest.raises(ConfigError, match="fence_ttl"):
+        api.gate(fence_ttl=timedelta(0))
+
+
+async def test_prefix_names_the_fence_key(api: Api, raw: redis.Redis) -> None:
+    gate = api.gate(prefix="app")
+    assert gate.prefix == "app"
+    await api(gate.check_and_advance(token(3)))
+    assert raw.keys("*") == ["app:fence:{batch-42}"]
+
+
+async def test_tokens_from_the_lock_pass_the_gate_in_grant_order(
+    api: Api, raw: redis.Redis
+) -> None:
+    lock, gate = api.lock(), api.gate()
+    grants = []
+    for _ in range(3):
+        handle = await api(lock.acquire("batch-42", ttl=TTL))
+        await api(gate.set_if_fresh(handle.token, TARGET, str(handle.token.value)))
+        await api(lock.release(handle))
+        grants.append(handle)
+    for old in grants[:-1]:
+        with pytest.raises(FencedOutError):
+            await api(gate.set_if_fresh(old.token, TARGET, "stale"))
+    assert raw.get(TARGET) == str(grants[-1].token.value)
+
+
+async def test_concurrent_writers_the_newest_token_wins(api: Api, raw: redis.Redis) -> None:
+    n = 12
+    base = 1_000_000
+
+    def writer(i: int) -> Callable[[Any], Any]:
+        return lambda client: api.gate(client).set_if_fresh(token(base + i), TARGET, str(i))
+
+    counter = iter(range(n))
+    results = await api.race(n, lambda client: writer(next(counter))(client))
+    assert all(r is None or isinstance(r, FencedOutError) for r in results), results
+    assert raw.get(FENCE) == str(base + n - 1)
+    assert raw.get(TARGET) == str(n - 1)
+
+
+async def test_redis_errors_surface_as_store_error(
+    api: Api, private_redis: RedisServer
+) -> None:
+    gate = api.gate(api.connect(private_redis.url()))
+    await api(gate.check_and_advance(token(5)))
+    private_redis.kill()
+    calls: list[Callable[[], Any]] = [
+        lambda: gate.set_if_fresh(token(6), TARGET, "x"),
+        lambda: gate.check(token(6)),
+        lambda: gate.check_and_advance(token(6)),
+        lambda: gate.current_max("batch-42"),
+    ]
+    for call in calls:
+        with pytest.raises(StoreError):
+            await api(call())
