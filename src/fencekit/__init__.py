@@ -34,7 +34,7 @@ from fencekit.worker import Performable, RetryPolicy, Worker
 
 __version__ = "0.2.0.dev0"
 
-__all__ = [
+__all__ = [  # noqa: RUF022 - grouped by topic
     # primitives
     "AsyncDistributedLock",
     "AsyncFenceGate",

@@ -65,9 +65,7 @@ def _normalize(value: object, path: str) -> JSONValue:
         out: dict[str, JSONValue] = {}
         for key, item in value.items():
             if not isinstance(key, str):
-                raise CanonicalizeError(
-                    f"{path}: mapping keys must be str, got {type(key).__name__} {key!r}"
-                )
+                raise CanonicalizeError(f"{path}: mapping keys must be str, got {type(key).__name__} {key!r}")
             out[str.__str__(key)] = _normalize(item, f"{path}[{key!r}]")
         return out
     if isinstance(value, Sequence) and not isinstance(value, _TEXT_LIKE):
@@ -86,9 +84,7 @@ def _normalize(value: object, path: str) -> JSONValue:
 
 
 def _encode(value: JSONValue) -> str:
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
-    )
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
 
 
 def canonicalize(payload: Mapping[str, Any]) -> str:
@@ -98,9 +94,7 @@ def canonicalize(payload: Mapping[str, Any]) -> str:
     anything inside has no exact JSON form (see the module docstring).
     """
     if not isinstance(payload, Mapping):
-        raise CanonicalizeError(
-            f"payload must be a mapping with str keys, got {type(payload).__name__}"
-        )
+        raise CanonicalizeError(f"payload must be a mapping with str keys, got {type(payload).__name__}")
     try:
         return _encode(_normalize(payload, "payload"))
     except RecursionError:

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import timedelta
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import redis.asyncio
@@ -134,7 +134,7 @@ class Queue:
         with translated():
             entries = await self._client.zrange(self._qk.scheduled, 0, -1, withscores=True)
         out = []
-        for raw, score in entries:
+        for raw, score in cast("list[tuple[bytes, float]]", entries):
             try:
                 env = codec.decode(raw)
             except PayloadError:
@@ -165,7 +165,8 @@ class Queue:
     async def dead_letters(self, limit: int = 50) -> list[DeadLetter]:
         """The newest dead letters first, with their reasons."""
         with translated():
-            ids = [_text(i) for i in await self._client.zrevrange(self._qk.dead_index, 0, limit - 1)]
+            raw_ids = await self._client.zrevrange(self._qk.dead_index, 0, limit - 1)
+            ids = [_text(i) for i in cast("list[bytes | str]", raw_ids)]
             if not ids:
                 return []
             values = await self._client.hmget(self._qk.dead, [x for i in ids for x in (i, f"{i}:why")])

@@ -40,8 +40,6 @@ def describe() -> dict[str, str]:
     uvloop_version = _version("uvloop")
     return {
         "resp_encoder": encoder,
-        "reply_parser": f"hiredis {hiredis_version}"
-        if hiredis_version
-        else "hiredis (unknown version)",
+        "reply_parser": f"hiredis {hiredis_version}" if hiredis_version else "hiredis (unknown version)",
         "event_loop": f"uvloop {uvloop_version} available" if uvloop_version else "asyncio",
     }

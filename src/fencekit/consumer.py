@@ -25,7 +25,7 @@ A stale delivery -- one reaped or returned while it ran -- settles as
 from __future__ import annotations
 
 import asyncio
-import contextvars
+import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -296,16 +296,19 @@ class Consumer:
                 queue,
             )
         elif isinstance(reply, BaseException):
-            self.logger.error("task %s: settling delivery %s on queue %s failed: %s", jid, token, queue, reply)
+            self.logger.error(
+                "task %s: settling delivery %s on queue %s failed: %s", jid, token, queue, reply
+            )
 
     # performing -------------------------------------------------------------
     def _start(self, queue: str, token: int, raw: bytes) -> None:
-        ctx = contextvars.copy_context()
-        task = asyncio.get_running_loop().create_task(self._perform(queue, token, raw), context=ctx)
-        self._running[(queue, token)] = task
-        task.add_done_callback(lambda _t, key=(queue, token): self._finished(key))
+        # Each task runs in its own copy of the context, so current_job() is per task.
+        task = asyncio.get_running_loop().create_task(self._perform(queue, token, raw))
+        key = (queue, token)
+        self._running[key] = task
+        task.add_done_callback(functools.partial(self._finished, key))
 
-    def _finished(self, key: tuple[str, int]) -> None:
+    def _finished(self, key: tuple[str, int], _task: object = None) -> None:
         self._running.pop(key, None)
         self._event.set()
 

@@ -48,9 +48,7 @@ FenceValue = str | bytes | int | float
 
 def _token(token: object) -> FenceToken:
     if not isinstance(token, FenceToken):
-        raise TypeError(
-            f"expected a FenceToken (e.g. handle.token), got {type(token).__name__} {token!r}"
-        )
+        raise TypeError(f"expected a FenceToken (e.g. handle.token), got {type(token).__name__} {token!r}")
     return token
 
 
@@ -67,14 +65,15 @@ class _FenceRules:
         token = _token(token)
         target = validate_name(key, "key")
         if isinstance(value, bool) or not isinstance(value, (str, bytes, int, float)):
-            raise TypeError(
-                f"value must be str, bytes, int or float, got {type(value).__name__}"
-            )
+            raise TypeError(f"value must be str, bytes, int or float, got {type(value).__name__}")
         fence = self.keys.fence(token.resource)
         if target == fence:
             raise ConfigError(f"the target key must not be the fence key itself: {key!r}")
         return lua.fence_set(
-            fence=fence, target=target, token=token.value, value=value,
+            fence=fence,
+            target=target,
+            token=token.value,
+            value=value,
             fence_ttl_ms=self.fence_ttl_ms,
         )
 

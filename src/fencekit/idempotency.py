@@ -262,9 +262,7 @@ class AsyncIdempotencyGuard:
         """See :meth:`IdempotencyGuard.try_begin`."""
         return self._rules.begun(await store.arun(self._redis, self._rules.begin_call(key, ttl)))
 
-    async def mark_done(
-        self, key: str, *, ttl: timedelta | None = None, result: Any = MISSING
-    ) -> None:
+    async def mark_done(self, key: str, *, ttl: timedelta | None = None, result: Any = MISSING) -> None:
         """See :meth:`IdempotencyGuard.mark_done`."""
         await store.arun(self._redis, self._rules.done_call(key, ttl, result))
 

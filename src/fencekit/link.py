@@ -89,7 +89,7 @@ class RedisPyLink:
 
     async def execute(self, *args: Any, timeout: float | None = None) -> Any:
         try:
-            return await self._client.execute_command(*args)
+            return await self._client.execute_command(*args)  # type: ignore[no-untyped-call]
         except (RedisError, OSError) as exc:
             raise self._broken(exc) from exc
 

@@ -79,8 +79,7 @@ def require_async_client(client: object, owner: str) -> AsyncClient:
     """``client`` if it is an asyncio redis-py client, else TypeError."""
     if isinstance(client, (redis.Redis, redis.RedisCluster)):
         raise TypeError(
-            f"{owner} needs a redis.asyncio client; use {owner.removeprefix('Async')} "
-            "for a synchronous one"
+            f"{owner} needs a redis.asyncio client; use {owner.removeprefix('Async')} for a synchronous one"
         )
     if not isinstance(client, (redis.asyncio.Redis, redis.asyncio.RedisCluster)):
         raise TypeError(f"{owner} needs a redis.asyncio.Redis or RedisCluster, got {client!r}")
@@ -89,9 +88,7 @@ def require_async_client(client: object, owner: str) -> AsyncClient:
 
 def _timedelta(value: object, label: str) -> timedelta:
     if not isinstance(value, timedelta):
-        raise TypeError(
-            f"{label} must be a datetime.timedelta, got {type(value).__name__} {value!r}"
-        )
+        raise TypeError(f"{label} must be a datetime.timedelta, got {type(value).__name__} {value!r}")
     return value
 
 
@@ -221,9 +218,7 @@ class _Acquisition:
         self._wait: timedelta | None = None
         if blocking:
             if wait is None:
-                raise ConfigError(
-                    "blocking=True needs wait=timedelta(...): how long to keep trying"
-                )
+                raise ConfigError("blocking=True needs wait=timedelta(...): how long to keep trying")
             self._wait = _timedelta(wait, "wait")
             if self._wait < timedelta(0):
                 raise ConfigError(f"wait must not be negative, got {self._wait!r}")

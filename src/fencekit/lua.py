@@ -43,7 +43,7 @@ class Call:
 
 
 def _read(name: str) -> str:
-    return resources.files("fencekit").joinpath("lua", name).read_text("utf-8")
+    return resources.files("fencekit").joinpath("lua").joinpath(name).read_text("utf-8")
 
 
 def _expand(source: str, seen: frozenset[str] = frozenset()) -> str:

@@ -151,10 +151,12 @@ class Reaper:
         qk = self.keys.queue(queue)
         inflight = qk.inflight(consumer_id)
         moved = 0
-        cursor: int | bytes | str = 0
+        cursor = 0
         while True:
             with translated():
-                cursor, entries = await self.client.hscan(inflight, cursor, count=SCAN_COUNT)
+                next_cursor, entries = await self.client.hscan(inflight, cursor, count=SCAN_COUNT)
+            cursor = int(next_cursor)
+            assert isinstance(entries, dict)
             judge = settle.after_crash if crashed else settle.after_stop
             verdicts = [
                 judge(
@@ -181,5 +183,5 @@ class Reaper:
             if calls:
                 results = await apipeline(self.client, calls)
                 moved += sum(1 for r in results if not isinstance(r, BaseException))
-            if int(cursor) == 0:
+            if cursor == 0:
                 return moved

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import os
 import signal
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from fencekit import codec
 from fencekit.client import Client, QueueStats, default_logger
@@ -243,22 +244,22 @@ class Server:
         except StoreError as exc:
             self.logger.warning("could not deregister %s: %s", self.consumer_id, exc)
 
-    def _install_signals(self) -> list[Callable[[], None]]:
+    def _install_signals(self) -> list[Callable[[], object]]:
         loop = asyncio.get_running_loop()
-        removers: list[Callable[[], None]] = []
+        removers: list[Callable[[], object]] = []
         for sig in (signal.SIGTERM, signal.SIGINT):
             try:
                 loop.add_signal_handler(sig, self.stop)
             except (RuntimeError, ValueError, NotImplementedError):
                 continue  # not the main thread: the host owns signals
-            removers.append(lambda sig=sig: loop.remove_signal_handler(sig))  # type: ignore[misc]
+            removers.append(functools.partial(loop.remove_signal_handler, sig))
         return removers
 
 
 def _check_hook(hook: object, what: str) -> Hook:
     if not callable(hook) or not inspect.iscoroutinefunction(hook):
         raise ConfigError(f"{what} takes an async function, got {hook!r}")
-    return hook  # type: ignore[return-value]
+    return cast(Hook, hook)
 
 
 def _describe() -> str:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qs, unquote
 
 import redis
@@ -47,10 +47,8 @@ SENTINEL_CONNECT_TIMEOUT = 2.0
 
 _SCHEMES = ("redis", "rediss", "unix", "redis+sentinel")
 _SSL_OPTIONS = ("ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_check_hostname")
-_KNOWN_OPTIONS = frozenset(
-    ("db", "socket_timeout", "socket_connect_timeout", "sentinel_username", "sentinel_password")
-    + _SSL_OPTIONS
-)
+_URL_OPTIONS = ("db", "socket_timeout", "socket_connect_timeout", "sentinel_username", "sentinel_password")
+_KNOWN_OPTIONS = frozenset((*_URL_OPTIONS, *_SSL_OPTIONS))
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,7 +196,7 @@ def parse_url(url: str) -> RedisTarget:
             raise ConfigError(f"unix:// URL needs an absolute socket path: {_redact_raw(url)!r}")
         return RedisTarget(scheme, path=path, db=_db(db_text, url), **common)
 
-    hostpart, slash, pathpart = rest.partition("/")
+    hostpart, _, pathpart = rest.partition("/")
     if sentinel:
         if not hostpart:
             raise ConfigError(f"no sentinel hosts in {_redact_raw(url)!r}")
@@ -260,10 +258,10 @@ def sync_client(target: RedisTarget | str, **overrides: Any) -> redis.Redis:
     kwargs = target.connection_kwargs() | overrides
     if target.is_sentinel:
         assert target.master_name is not None
-        sentinel = redis.sentinel.Sentinel(
+        sentinel = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
             list(target.sentinels), sentinel_kwargs=_sentinel_kwargs(target), **kwargs
         )
-        return sentinel.master_for(target.master_name, **kwargs)
+        return cast(redis.Redis, sentinel.master_for(target.master_name, **kwargs))  # type: ignore[no-untyped-call]
     return redis.Redis(**kwargs)
 
 
@@ -274,10 +272,10 @@ def async_client(target: RedisTarget | str, **overrides: Any) -> redis.asyncio.R
     kwargs = target.connection_kwargs() | overrides
     if target.is_sentinel:
         assert target.master_name is not None
-        sentinel = redis.asyncio.sentinel.Sentinel(
+        sentinel = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call]
             list(target.sentinels), sentinel_kwargs=_sentinel_kwargs(target), **kwargs
         )
-        return sentinel.master_for(target.master_name, **kwargs)
+        return cast(redis.asyncio.Redis, sentinel.master_for(target.master_name, **kwargs))
     return redis.asyncio.Redis(**kwargs)
 
 
@@ -292,7 +290,7 @@ async def resolve_address(target: RedisTarget) -> tuple[str, int] | str:
     if not target.is_sentinel:
         return (target.host, target.port)
     assert target.master_name is not None
-    sentinel = redis.asyncio.sentinel.Sentinel(
+    sentinel = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call]
         list(target.sentinels), sentinel_kwargs=_sentinel_kwargs(target)
     )
     try:

@@ -40,8 +40,8 @@ from fencekit import sdnotify
 from fencekit.child import EXIT_BOOT_ERROR, ChildConfig, fork_hygiene
 from fencekit.child import run as run_child
 from fencekit.errors import ConfigError, StoreError
-from fencekit.histogram import DurationHistogram
 from fencekit.heartbeat import HOSTNAME, Heartbeat, consumer_info
+from fencekit.histogram import DurationHistogram
 from fencekit.keys import KeySpace
 from fencekit.liveness import READY, Board
 from fencekit.reaper import Reaper

@@ -121,8 +121,7 @@ class LocalCluster:
                 return
             if time.monotonic() >= deadline:
                 raise TimeoutError(
-                    f"Redis Cluster on ports {[n.port for n in self.nodes]} "
-                    "did not reach cluster_state:ok"
+                    f"Redis Cluster on ports {[n.port for n in self.nodes]} did not reach cluster_state:ok"
                 )
             time.sleep(0.05)
 
