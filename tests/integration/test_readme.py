@@ -1,0 +1,104 @@
+"""The README's Python examples run as written (only the Redis URL is the test's)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+
+from fencekit.testing import RedisServer
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def python_blocks() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+
+
+def block_with(marker: str) -> str:
+    (block,) = [b for b in python_blocks() if marker in b]
+    return block
+
+
+def with_url(code: str, url: str) -> str:
+    return re.sub(r"redis://localhost:6379(/0)?", url, code)
+
+
+def test_the_primitives_example_runs(redis_url: str):
+    namespace: dict[str, object] = {}
+    exec(with_url(block_with("def analyze_batch"), redis_url), namespace)
+    namespace["analyze_batch"]()  # type: ignore[operator]
+    r = redis.Redis.from_url(redis_url, decode_responses=True)
+    assert r.get("analysis:batch-42:status") == "running"
+    assert [k for k in r.keys("fencekit:idem:*") if not k.endswith(":result")]
+    r.close()
+
+
+def test_the_job_queue_example_runs_until_sigterm(redis_url: str):
+    r = redis.Redis.from_url(redis_url)
+
+    def stop_when_sent() -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if r.hget("fencekit:{emails}:stats", "processed") == b"1":
+                os.kill(os.getpid(), signal.SIGTERM)  # the server's own handler stops it
+                return
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=stop_when_sent)
+    watcher.start()
+    code = with_url(block_with("class SendEmailWorker"), redis_url.rsplit("/", 1)[0])
+    exec(code, {"__name__": "readme_example"})
+    watcher.join()
+    keys = r.keys("email:*:status")
+    assert len(keys) == 1
+    assert r.get(keys[0]) == b"sent"
+    r.close()
+
+
+async def test_the_starlette_lifespan_example_runs_the_pool(
+    private_redis: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    package = tmp_path / "myapp"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "workers.py").write_text(
+        textwrap.dedent(
+            """
+            class Noop:
+                queue = "readme"
+                operation = "noop"
+
+                @classmethod
+                async def perform(cls, payload):
+                    return None
+
+            WORKERS = [Noop]
+            """
+        )
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    namespace: dict[str, object] = {"__name__": "readme_lifespan"}
+    exec(with_url(block_with("lifespan"), private_redis.url()), namespace)
+    app = namespace["app"]
+    async with app.router.lifespan_context(app):  # type: ignore[attr-defined]
+        transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            response = await client.get("/pool")
+    children = response.json()
+    assert len(children) == 2
+    assert all(child["ready"] for child in children)
+    sys.modules.pop("myapp.workers", None)
+    sys.modules.pop("myapp", None)
+    await asyncio.sleep(0)
