@@ -79,6 +79,16 @@ def _name(worker: object) -> str:
     return f"{type(worker).__qualname__} instance"
 
 
+def _takes_self(function: object) -> bool:
+    """True for a plain function whose first parameter would receive the instance."""
+    try:
+        parameters = list(inspect.signature(function).parameters.values())  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 2
+
+
 def inspect_worker(worker: object) -> WorkerSpec:
     """Validate ``worker``; :class:`ConfigError` names the worker and the attribute."""
     name = _name(worker)
@@ -97,6 +107,11 @@ def inspect_worker(worker: object) -> WorkerSpec:
         raise ConfigError(
             f"worker {name}: attribute 'perform' must be declared 'async def' "
             "(a classmethod on a class, or a method on an instance)"
+        )
+    if isinstance(worker, type) and not inspect.ismethod(perform) and _takes_self(perform):
+        raise ConfigError(
+            f"worker {name}: attribute 'perform' must be a classmethod when the class is registered; "
+            "register an instance to use an instance method"
         )
     retry = getattr(worker, "retry", True)
     if type(retry) is not bool:

@@ -1,0 +1,559 @@
+"""Fenced settlement and the store's contract, driven through the Lua scripts
+themselves (``fencekit.lua`` builders + ``store.arun``): I3 (stale deliveries change
+nothing), I4 (nothing is re-sent), I5 (scripts run on Redis Cluster), I7 (bad input
+is dead-lettered with its reason), and the reaper's forget rule."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from typing import Any
+
+import orjson
+import pytest
+import redis
+import redis.asyncio
+from tests.queue_helpers import (
+    BEATS,
+    CONSUMERS,
+    capture_logger,
+    eventually,
+    inflight_count,
+    new_server,
+    pending,
+    qkey,
+    running,
+    snapshot,
+    stats,
+)
+
+from fencekit import Client, FencedOutError, StoreError, Task, lua, settle
+from fencekit.fence import AsyncFenceGate
+from fencekit.job import job_resource
+from fencekit.keys import KeySpace
+from fencekit.link import open_link
+from fencekit.reaper import Reaper
+from fencekit.settle import SettleSettings
+from fencekit.store import arun, async_client, parse_url, run, sync_client
+from fencekit.tokens import FenceToken
+from fencekit.worker import WorkerRegistry
+
+KEYS = KeySpace()
+SETTINGS = SettleSettings()
+
+
+@pytest.fixture
+def r(redis_url: str) -> Any:
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+async def ar(redis_url: str) -> Any:
+    client = async_client(redis_url)
+    yield client
+    await client.aclose()
+
+
+async def claim(ar: Any, queue: str, consumer: str, want: int = 1, acks: tuple[int, ...] = ()) -> Any:
+    qk = KEYS.queue(queue)
+    return await arun(
+        ar,
+        lua.ack_claim(
+            pending=qk.pending,
+            inflight=qk.inflight(consumer),
+            token=qk.token,
+            stats=qk.stats,
+            wake=qk.wake,
+            want=want,
+            acks=list(acks),
+        ),
+    )
+
+
+# -- I3: a stale delivery changes nothing -----------------------------------------------------
+
+
+async def test_i3_stale_ack_retry_and_fail_change_nothing(redis_url: str, r: Any, ar: Any) -> None:
+    queue = "stale"
+    qk = KEYS.queue(queue)
+    async with Client(redis_url=redis_url) as client:
+        jid = await client.enqueue(Task(queue, "op", {"x": 1}))
+    fenced, old_token, raw = await claim(ar, queue, "c1")
+    old_token = int(old_token)
+    assert fenced == []
+    assert orjson.loads(raw)["jid"] == jid
+    # The reaper returns c1's delivery (crash = failed attempt), c2 claims it again.
+    verdict = settle.after_crash(
+        KEYS, queue, qk.inflight("c1"), old_token, raw, WorkerRegistry().policy, settings=SETTINGS
+    )
+    assert verdict.returned
+    assert await arun(ar, verdict.call) == 1
+    _, new_token, raw2 = await claim(ar, queue, "c2")
+    new_token = int(new_token)
+    assert new_token > old_token
+    assert orjson.loads(raw2)["attempt"] == 1
+    before = snapshot(r)
+    fenced_before = stats(r, queue)["fenced_out"]
+
+    # A stale ack (c1's old token, on c1's hash and on c2's) is refused.
+    fenced, first = await claim(ar, queue, "c1", want=0, acks=(old_token,))
+    assert [int(t) for t in fenced] == [old_token]
+    assert int(first) == 0
+    fenced, _ = await claim(ar, queue, "c2", want=0, acks=(old_token,))
+    assert [int(t) for t in fenced] == [old_token]
+    # A stale retry and a stale fail raise FencedOutError.
+    env = settle.codec.decode(raw)
+    with pytest.raises(FencedOutError):
+        await arun(ar, settle.retry(KEYS, queue, qk.inflight("c1"), old_token, env, 1))
+    with pytest.raises(FencedOutError):
+        await arun(
+            ar, settle.fail(KEYS, queue, qk.inflight("c1"), old_token, jid=jid, reason="x", settings=SETTINGS)
+        )
+    with pytest.raises(FencedOutError):
+        await arun(ar, settle.fail(KEYS, queue, qk.inflight("c1"), old_token, jid=jid, settings=SETTINGS))
+    # A stale requeue (a second reaper) changes nothing either.
+    with pytest.raises(FencedOutError):
+        await arun(
+            ar,
+            settle.requeue(
+                KEYS, queue, qk.inflight("c1"), old_token, raw, jid=jid, counter="retried", settings=SETTINGS
+            ),
+        )
+
+    assert snapshot(r) == before  # nothing changed but the fenced_out counter
+    assert stats(r, queue)["fenced_out"] == fenced_before + 5
+    s = stats(r, queue)
+    assert (s["processed"], s["failed"], s["dead"]) == (0, 0, 0)
+
+    # The current delivery still acks, once.
+    fenced, _ = await claim(ar, queue, "c2", want=0, acks=(new_token,))
+    assert fenced == []
+    assert stats(r, queue)["processed"] == 1
+    fenced, _ = await claim(ar, queue, "c2", want=0, acks=(new_token,))
+    assert len(fenced) == 1
+    assert stats(r, queue)["processed"] == 1
+
+
+async def test_i3_a_reaped_delivery_cannot_write_through_its_fence_even_before_the_next_one_writes(
+    redis_url: str, r: Any, ar: Any
+) -> None:
+    queue = "gate"
+    qk = KEYS.queue(queue)
+    async with Client(redis_url=redis_url) as client:
+        jid = await client.enqueue(Task(queue, "op"))
+    _, token, raw = await claim(ar, queue, "c1")
+    stale = FenceToken(int(token), job_resource(queue, jid))
+    gate = AsyncFenceGate(ar)
+    await gate.set_if_fresh(stale, f"{{{queue}}}:result", "first")
+    verdict = settle.after_crash(
+        KEYS, queue, qk.inflight("c1"), int(token), raw, WorkerRegistry().policy, settings=SETTINGS
+    )
+    await arun(ar, verdict.call)
+    with pytest.raises(FencedOutError):
+        await gate.set_if_fresh(stale, f"{{{queue}}}:result", "late")
+    assert r.get(f"{{{queue}}}:result") == b"first"
+
+
+async def test_i2_tokens_keep_growing_when_the_token_counter_is_lost(redis_url: str, r: Any, ar: Any) -> None:
+    async with Client(redis_url=redis_url) as client:
+        await client.enqueue_many([Task("lost", "op"), Task("lost", "op")])
+    _, first, _ = await claim(ar, "lost", "c1")
+    r.delete(qkey("lost", "token"))  # a failover lost the counter's last writes
+    _, second, _ = await claim(ar, "lost", "c1")
+    assert int(second) > int(first)
+    seconds, micros = r.time()
+    assert abs(int(second) - (seconds * 1_000_000 + micros)) < 5_000_000  # Redis clock in µs
+
+
+# -- I4: a timed-out script ran once ------------------------------------------------------
+
+SLOW_SCRIPT = lua.Script(
+    "slow_incr",
+    """
+redis.call('INCR', KEYS[1])
+local t0 = redis.call('TIME')
+local start = tonumber(t0[1]) * 1000000 + tonumber(t0[2])
+while true do
+  local t = redis.call('TIME')
+  if tonumber(t[1]) * 1000000 + tonumber(t[2]) - start > tonumber(ARGV[1]) * 1000 then break end
+end
+return 1
+""",
+    "",
+)
+SLOW_SCRIPT = lua.Script(
+    SLOW_SCRIPT.name, SLOW_SCRIPT.source, hashlib.sha1(SLOW_SCRIPT.source.encode()).hexdigest()
+)
+
+
+def slow_call(key: str, ms: int = 700) -> lua.Call:
+    return lua.Call(SLOW_SCRIPT, (key,), (ms,))
+
+
+async def settle_counter(r: Any, key: str) -> int:
+    await asyncio.sleep(0.9)  # longer than the script: any re-send would have run by now
+    await eventually(lambda: r.ping(), timeout=5)
+    return int(r.get(key))
+
+
+async def test_i4_a_timed_out_script_through_redis_py_async_ran_once(redis_url: str, r: Any) -> None:
+    client = async_client(parse_url(redis_url + "?socket_timeout=0.2"))
+    began = time.monotonic()
+    with pytest.raises(StoreError):
+        await arun(client, slow_call("i4:async"))
+    assert time.monotonic() - began < 0.65
+    await client.aclose()
+    assert await settle_counter(r, "i4:async") == 1
+
+
+async def test_i4_a_timed_out_script_through_redis_py_sync_ran_once(redis_url: str, r: Any) -> None:
+    client = sync_client(parse_url(redis_url + "?socket_timeout=0.2"))
+    with pytest.raises(StoreError):
+        await asyncio.to_thread(run, client, slow_call("i4:sync"))
+    client.close()
+    assert await settle_counter(r, "i4:sync") == 1
+
+
+@pytest.mark.parametrize("kind", ["lean", "redis-py"])
+async def test_i4_a_timed_out_script_through_the_hot_path_link_ran_once(
+    redis_url: str, r: Any, kind: str
+) -> None:
+    link = await open_link(parse_url(redis_url + "?socket_timeout=0.2"), kind=kind)
+    try:
+        with pytest.raises(StoreError):
+            await link.call(slow_call(f"i4:{kind}"))
+        assert link.closed
+    finally:
+        await link.aclose()
+    assert await settle_counter(r, f"i4:{kind}") == 1
+
+
+async def test_i4_a_timed_out_pipeline_on_the_lean_link_ran_each_script_once(redis_url: str, r: Any) -> None:
+    link = await open_link(parse_url(redis_url + "?socket_timeout=0.2"), kind="lean")
+    try:
+        with pytest.raises(StoreError):
+            await link.pipeline([slow_call("i4:p1", 300), slow_call("i4:p2", 300)])
+    finally:
+        await link.aclose()
+    assert await settle_counter(r, "i4:p1") == 1
+    assert int(r.get("i4:p2")) == 1
+
+
+# -- I5: every queue script runs on a real Redis Cluster ----------------------------------------
+
+
+@pytest.mark.slow
+def test_i5_every_queue_script_runs_on_redis_cluster(tmp_path: Any, server_binary: str) -> None:
+    from fencekit.testing_cluster import LocalCluster
+
+    with LocalCluster(tmp_path / "cluster", binary=server_binary) as cluster:
+        client = cluster.client()
+        try:
+            slots = set()
+            for queue in ("emails", "reports", "sms"):
+                qk = KEYS.queue(queue)
+                slots.add(client.keyslot(qk.pending))
+                env = Task(queue, "op", {"n": 1}).envelope()
+                jid = orjson.loads(env)["jid"]
+                assert (
+                    run(
+                        client,
+                        lua.enqueue(
+                            pending=qk.pending,
+                            scheduled=qk.scheduled,
+                            stats=qk.stats,
+                            wake=qk.wake,
+                            delay_ms=0,
+                            envelopes=[env, Task(queue, "op").envelope()],
+                        ),
+                    )
+                    == 2
+                )
+                assert (
+                    run(
+                        client,
+                        lua.enqueue(
+                            pending=qk.pending,
+                            scheduled=qk.scheduled,
+                            stats=qk.stats,
+                            wake=qk.wake,
+                            delay_ms=1,
+                            envelopes=[Task(queue, "op").envelope()],
+                        ),
+                    )
+                    == 1
+                )
+                time.sleep(0.01)
+                assert (
+                    run(
+                        client,
+                        lua.schedule(scheduled=qk.scheduled, pending=qk.pending, wake=qk.wake, limit=10),
+                    )
+                    == 1
+                )
+                reply = run(
+                    client,
+                    lua.ack_claim(
+                        pending=qk.pending,
+                        inflight=qk.inflight("c1"),
+                        token=qk.token,
+                        stats=qk.stats,
+                        wake=qk.wake,
+                        want=3,
+                        acks=[],
+                    ),
+                )
+                first = int(reply[1])
+                raws = reply[2:]
+                assert len(raws) == 3
+                tokens = {orjson.loads(raw)["jid"]: (first + i, raw) for i, raw in enumerate(raws)}
+                t_ack, _ = tokens.pop(jid)
+                (t_retry, raw_retry), (t_crash, raw_crash) = tokens.values()
+                run(
+                    client,
+                    lua.ack_claim(
+                        pending=qk.pending,
+                        inflight=qk.inflight("c1"),
+                        token=qk.token,
+                        stats=qk.stats,
+                        wake=qk.wake,
+                        want=0,
+                        acks=[t_ack],
+                    ),
+                )
+                env_retry = settle.codec.decode(raw_retry)
+                assert run(client, settle.retry(KEYS, queue, qk.inflight("c1"), t_retry, env_retry, 1)) == 1
+                verdict = settle.after_crash(
+                    KEYS,
+                    queue,
+                    qk.inflight("c1"),
+                    t_crash,
+                    raw_crash,
+                    WorkerRegistry().policy,
+                    settings=SETTINGS,
+                )
+                assert run(client, verdict.call) == 1
+                reply = run(
+                    client,
+                    lua.ack_claim(
+                        pending=qk.pending,
+                        inflight=qk.inflight("c1"),
+                        token=qk.token,
+                        stats=qk.stats,
+                        wake=qk.wake,
+                        want=1,
+                        acks=[],
+                    ),
+                )
+                assert (
+                    run(
+                        client,
+                        settle.fail(
+                            KEYS,
+                            queue,
+                            qk.inflight("c1"),
+                            int(reply[1]),
+                            jid="j",
+                            reason="bad",
+                            settings=SETTINGS,
+                        ),
+                    )
+                    == 1
+                )
+                dead_id = client.zrange(qk.dead_index, 0, -1)[0].decode()
+                assert (
+                    run(
+                        client,
+                        lua.dead_revive(
+                            dead=qk.dead,
+                            dead_index=qk.dead_index,
+                            pending=qk.pending,
+                            stats=qk.stats,
+                            wake=qk.wake,
+                            dead_id=dead_id,
+                            envelope=b"",
+                        ),
+                    )
+                    == 1
+                )
+                assert run(client, lua.purge(pending=qk.pending, stats=qk.stats)) == 1
+                with pytest.raises(FencedOutError):
+                    run(
+                        client,
+                        lua.fence_set(
+                            fence=KEYS.fence(job_resource(queue, "j")),
+                            target=f"{{{queue}}}:out",
+                            token=1,
+                            value="v",
+                            fence_ttl_ms=1000,
+                        ),
+                    )
+                s = {k.decode(): int(v) for k, v in client.hgetall(qk.stats).items()}
+                assert s["processed"] == 1
+                assert s["failed"] == 1
+                assert s["dead"] == 1
+                assert s["purged"] == 1
+            assert len(slots) > 1  # the queues really live on different slots
+            assert (
+                run(
+                    client, lua.heartbeat(consumers=KEYS.consumers, beats=KEYS.beats, entries=[("c1", b"{}")])
+                )
+                > 0
+            )
+            assert run(client, lua.expired(beats=KEYS.beats, ttl_ms=60_000, limit=10)) == []
+            assert (
+                run(
+                    client, lua.forget(consumers=KEYS.consumers, beats=KEYS.beats, consumer_id="c1", ttl_ms=0)
+                )
+                == 1
+            )
+        finally:
+            client.close()
+
+
+# -- I7: bad input is dead-lettered, with its reason, and nothing crashes ---------------------
+
+GARBAGE: dict[str, tuple[bytes, str]] = {
+    "not-json": (b"this is not json", "not valid JSON"),
+    "non-utf8": (b"\xff\xfe\x80 binary \x00", "not valid JSON"),
+    "array": (b"[1, 2, 3]", "JSON object"),
+    "no-jid": (orjson.dumps({"queue": "bad", "operation": "ok", "params": {}}), "'jid'"),
+    "wrong-types": (orjson.dumps({"jid": 7, "queue": "bad", "operation": "ok", "params": {}}), "jid"),
+    "params-list": (orjson.dumps({"jid": "p", "queue": "bad", "operation": "ok", "params": [1]}), "params"),
+    "attempt-str": (
+        orjson.dumps({"jid": "a", "queue": "bad", "operation": "ok", "params": {}, "attempt": "0"}),
+        "attempt",
+    ),
+}
+
+
+async def test_i7_garbage_and_unknown_operations_become_dead_letters_with_their_reason(
+    redis_url: str, r: Any
+) -> None:
+    done: list[str] = []
+
+    class Ok:
+        queue = "bad"
+        operation = "ok"
+
+        @classmethod
+        async def perform(cls, payload: dict) -> None:
+            done.append(payload.get("n", "?"))
+
+    for raw, _ in GARBAGE.values():
+        r.lpush(qkey("bad", "pending"), raw)
+    server = new_server(redis_url, Ok)
+    async with Client(redis_url=redis_url) as client:
+        orphan = await client.enqueue(Task("bad", "nobody", {"n": "orphan"}))
+        await client.enqueue(Task("bad", "ok", {"n": "before"}))
+        async with running(server) as task:
+            await eventually(lambda: stats(r, "bad")["failed"] == len(GARBAGE) + 1, timeout=8)
+            await client.enqueue(Task("bad", "ok", {"n": "after"}))
+            await eventually(lambda: "after" in done)
+            assert not task.done()  # nothing crashed
+        s = stats(r, "bad")
+        assert s["failed"] == s["dead"] == len(GARBAGE) + 1
+        assert s["processed"] == 2
+        assert done == ["before", "after"]
+        assert r.llen(qkey("bad", "pending")) == 0
+        assert inflight_count(r, "bad") == 0
+
+        queue = client.queue("bad")
+        letters = await queue.dead_letters(limit=100)
+        assert len(letters) == len(GARBAGE) + 1 == await queue.dead_count()
+        by_raw = {letter.raw: letter for letter in letters}
+        for name, (raw, words) in GARBAGE.items():
+            assert raw in by_raw, name  # the raw payload is kept byte for byte
+            assert words in by_raw[raw].reason, (name, by_raw[raw].reason)
+        unknown = [letter for letter in letters if letter.jid == orphan]
+        assert len(unknown) == 1
+        assert "nobody" in unknown[0].reason
+        assert "no worker" in unknown[0].reason
+        # Stored where an operator can see them, in Redis.
+        assert r.zcard(qkey("bad", "dead:index")) == len(GARBAGE) + 1
+
+        # Revive the unknown-operation task, as stored: it is enqueued again, once.
+        assert await queue.revive(unknown[0].id) is True
+        assert await queue.revive(unknown[0].id) is False
+        assert [e["jid"] for e in pending(r, "bad")] == [orphan]
+        assert r.zcard(qkey("bad", "dead:index")) == len(GARBAGE)
+        s = stats(r, "bad")
+        assert s["revived"] == 1
+        assert s["enqueued"] == 4
+
+        # Revive another as a corrected task: it runs.
+        letter = by_raw[GARBAGE["no-jid"][0]]
+        assert await queue.revive(letter.id, Task("bad", "ok", {"n": "revived"}))
+    server = new_server(redis_url, Ok)
+    async with running(server):
+        await eventually(lambda: "revived" in done)
+        await eventually(lambda: stats(r, "bad")["failed"] == len(GARBAGE) + 2)  # the orphan again
+
+
+# -- the reaper's forget rule, and the registry ---------------------------------------------
+
+
+async def test_the_reaper_keeps_a_consumer_whose_beat_came_back_and_forgets_a_silent_one(
+    redis_url: str, r: Any, ar: Any
+) -> None:
+    async with Client(redis_url=redis_url) as client:
+        await client.enqueue_many([Task("reap", "op", {"i": i}) for i in range(2)])
+    for cid in ("alive", "dead"):
+        await claim(ar, "reap", cid)
+        await arun(
+            ar,
+            lua.heartbeat(
+                consumers=KEYS.consumers,
+                beats=KEYS.beats,
+                entries=[(cid, orjson.dumps({"queues": ["reap"]}))],
+            ),
+        )
+    now_ms = int(r.time()[0]) * 1000
+    r.zadd(BEATS, {"dead": now_ms - 60_000})
+    reaper = Reaper(
+        ar, KEYS, WorkerRegistry(), ttl=5.0, logger=capture_logger("test.reaper"), settings=SETTINGS
+    )
+    moved = await reaper.reap_once()
+    assert moved == 1
+    assert r.hexists(CONSUMERS, "alive")
+    assert not r.hexists(CONSUMERS, "dead")
+    assert r.zscore(BEATS, "dead") is None
+    assert [e["attempt"] for e in pending(r, "reap")] == [1]  # a crash is a failed attempt
+    assert stats(r, "reap")["retried"] == 1
+    # Reaped while its beat is fresh (it came back meanwhile): tasks return, registration stays.
+    assert await reaper.reap("alive", forget_if_silent=True) == 1
+    assert r.hexists(CONSUMERS, "alive")
+    assert r.zscore(BEATS, "alive") is not None
+    assert inflight_count(r, "reap") == 0
+
+
+async def test_a_reaper_uses_its_own_workers_policy_and_the_default_for_unknown_ones(
+    redis_url: str, r: Any, ar: Any
+) -> None:
+    class NoRetry:
+        queue = "pol"
+        operation = "once"
+        retry = False
+
+        @classmethod
+        async def perform(cls, payload: dict) -> None:
+            return None
+
+    registry = WorkerRegistry()
+    registry.add([NoRetry])
+    async with Client(redis_url=redis_url) as client:
+        await client.enqueue_many(
+            [Task("pol", "once"), Task("pol", "unknown"), Task("pol", "unknown", attempt=1)]
+        )
+    await claim(ar, "pol", "gone", want=3)
+    reaper = Reaper(ar, KEYS, registry, ttl=5.0, logger=capture_logger("test.reaper2"), settings=SETTINGS)
+    await reaper.reap("gone", forget_if_silent=False, queues=["pol"])
+    back = pending(r, "pol")
+    assert [(e["operation"], e["attempt"]) for e in back] == [("unknown", 1)]
+    s = stats(r, "pol")
+    assert s["failed"] == 2
+    assert s["retried"] == 1
+    assert s["dead"] == 0

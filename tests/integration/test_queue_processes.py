@@ -1,0 +1,187 @@
+"""Real processes: a Server in a child process is SIGKILLed mid-task, SIGSTOPped past its
+heartbeat TTL and resumed, or SIGTERMed; another Server (in this process) reaps it.
+Every outcome is read from Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from tests.queue_helpers import (
+    BEATS,
+    CONSUMERS,
+    ServerProcess,
+    consumer_of,
+    events,
+    eventually,
+    inflight_count,
+    locate,
+    new_server,
+    pending,
+    qkey,
+    running,
+    stats,
+)
+
+from fencekit import Client, FencedOutError, Task, current_job
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def r(redis_url: str) -> Any:
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def procs() -> Any:
+    started: list[ServerProcess] = []
+    yield started
+    for proc in started:
+        proc.close()
+
+
+async def start_holding(
+    tmp_path: Path, redis_url: str, r: Any, procs: list[ServerProcess], queue: str, **kw: Any
+) -> tuple[ServerProcess, str]:
+    """A child Server holding one task of ``queue``; returns it and the task's jid."""
+    proc = ServerProcess(tmp_path, redis_url, queue, **kw)
+    procs.append(proc)
+    async with Client(redis_url=redis_url) as client:
+        jid = await client.enqueue(Task(queue, "hold", {"n": 1}))
+    try:
+        await eventually(
+            lambda: [e for e in events(r) if e[0] == proc.pid], timeout=20, what="child started the task"
+        )
+    except TimeoutError:
+        raise AssertionError(f"child server did not start the task; its log:\n{proc.log()}") from None
+    return proc, jid
+
+
+@pytest.mark.parametrize("retry", [True, False], ids=["retry", "no-retry"])
+async def test_a_server_killed_mid_task_has_its_task_returned_by_another_servers_reaper(
+    tmp_path: Path, redis_url: str, r: Any, procs: list[ServerProcess], retry: bool
+) -> None:
+    runs: list[tuple[str, int]] = []
+
+    class HoldWorker:  # the same (queue, operation) as the child's worker
+        queue = "crash"
+        operation = "hold"
+
+        @classmethod
+        async def perform(cls, payload: dict) -> None:
+            job = current_job()
+            runs.append((job.jid, job.attempt))
+
+    HoldWorker.retry = retry  # type: ignore[attr-defined]
+    child, jid = await start_holding(tmp_path, redis_url, r, procs, "crash")
+    child_id = consumer_of(r, child.pid)
+    assert child_id is not None
+    child.signal(signal.SIGKILL)
+    assert child.wait() == -signal.SIGKILL
+    # Never only in a process's memory: the task sits in the dead consumer's in-flight hash.
+    assert locate(r, "crash", jid) == [f"inflight:{qkey('crash', 'inflight:' + child_id)}"]
+
+    server = new_server(redis_url, HoldWorker, heartbeat_ttl=1.0)
+    async with running(server):
+        if retry:
+            await eventually(lambda: stats(r, "crash")["processed"] == 1, timeout=10, what="task ran again")
+        else:
+            await eventually(lambda: stats(r, "crash")["failed"] == 1, timeout=10, what="task failed")
+        await eventually(
+            lambda: not r.hexists(CONSUMERS, child_id), timeout=5, what="dead consumer forgotten"
+        )
+        await asyncio.sleep(0.3)
+    s = stats(r, "crash")
+    if retry:
+        assert runs == [(jid, 1)]  # ran again, with attempt + 1
+        assert (s["retried"], s["processed"], s["failed"]) == (1, 1, 0)
+    else:
+        assert runs == []  # at-most-once: never runs again
+        assert (s["retried"], s["processed"], s["failed"], s["dead"]) == (0, 0, 1, 0)
+    assert r.zscore(BEATS, child_id) is None
+    assert locate(r, "crash", jid) == []
+    assert inflight_count(r, "crash") == 0
+
+
+async def test_a_paused_server_is_fenced_out_when_it_resumes(
+    tmp_path: Path, redis_url: str, r: Any, procs: list[ServerProcess]
+) -> None:
+    b_runs: list[tuple[int, int]] = []
+
+    class HoldWorker:
+        queue = "pause"
+        operation = "hold"
+
+        @classmethod
+        async def perform(cls, payload: dict) -> None:
+            job = current_job()
+            b_runs.append((job.attempt, job.token.value))
+            await job.set_if_fresh("result", "B")
+
+    child, _jid = await start_holding(tmp_path, redis_url, r, procs, "pause", ttl=1.0)
+    child_id = consumer_of(r, child.pid)
+    assert child_id is not None
+    ((_, _, a_attempt, a_token),) = [e for e in events(r) if e[0] == child.pid]
+    child.signal(signal.SIGSTOP)
+    try:
+        server = new_server(redis_url, HoldWorker, heartbeat_ttl=1.0)
+        async with running(server):
+            await eventually(lambda: r.get("result") == b"B", timeout=10, what="B re-ran the task")
+            await eventually(lambda: stats(r, "pause")["processed"] == 1)
+            assert not r.hexists(CONSUMERS, child_id)  # reaped while silent: forgotten
+            r.set("release", "1")
+            child.signal(signal.SIGCONT)
+            await eventually(
+                lambda: r.exists(f"fenced:{child.pid}"), timeout=10, what="A's set_if_fresh fenced out"
+            )
+            await eventually(
+                lambda: stats(r, "pause")["fenced_out"] >= 1, timeout=5, what="A's ack fenced out"
+            )
+            # A re-registers with its next beat: it is watched again.
+            await eventually(lambda: r.hexists(CONSUMERS, child_id), timeout=5, what="A re-registered")
+            await asyncio.sleep(0.5)
+            s = stats(r, "pause")
+            assert s["processed"] == 1  # exactly once
+            assert r.get("result") == b"B"
+            assert not r.exists(f"wrote:{child.pid}")
+    finally:
+        child.signal(signal.SIGCONT)
+    assert a_attempt == 0
+    assert len(b_runs) == 1
+    assert b_runs[0][0] == 1
+    assert b_runs[0][1] > a_token  # the later delivery holds the larger token (I2)
+    assert inflight_count(r, "pause") == 0
+    assert pending(r, "pause") == []
+    child.signal(signal.SIGTERM)
+    assert child.wait(15) == 0
+    assert FencedOutError.__name__ in r.get(f"fenced:{child.pid}").decode()
+
+
+async def test_sigterm_stops_a_server_cleanly(
+    tmp_path: Path, redis_url: str, r: Any, procs: list[ServerProcess]
+) -> None:
+    child, jid = await start_holding(tmp_path, redis_url, r, procs, "term", ttl=5.0, grace=0.0)
+    child_id = consumer_of(r, child.pid)
+    assert child_id is not None
+    assert r.zscore(BEATS, child_id) is not None
+    child.signal(signal.SIGTERM)
+    assert child.wait(10) == 0
+    back = pending(r, "term")
+    assert [(e["jid"], e["attempt"]) for e in back] == [(jid, 0)]  # returned at once, same attempt
+    assert inflight_count(r, "term") == 0
+    assert not r.hexists(CONSUMERS, child_id)
+    assert r.zscore(BEATS, child_id) is None
+    assert r.get(f"shutdown-hook:{child.pid}") == b"1"
+    log = child.log()
+    assert "server process exiting" in log
+    # The default logger writes text to stdout: start (queues, concurrency) and the task's jid.
+    assert "term" in log
+    assert "concurrency 1" in log
+    assert jid in log
