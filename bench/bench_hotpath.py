@@ -97,7 +97,9 @@ def _fill(server: RedisServer, n: int) -> None:
 
 @pytest.mark.parametrize("k", KS)
 @pytest.mark.parametrize("kind", LINKS)
-def test_claim_ack_loop(benchmark: Any, server: RedisServer, loop: asyncio.AbstractEventLoop, kind: str, k: int):
+def test_claim_ack_loop(
+    benchmark: Any, server: RedisServer, loop: asyncio.AbstractEventLoop, kind: str, k: int
+):
     benchmark.group = f"claim+ack loop K={k} ({TURNS} turns)"
     benchmark.extra_info["tasks_per_round"] = TURNS * k
     link = loop.run_until_complete(open_link(parse_url(server.url()), kind=kind))

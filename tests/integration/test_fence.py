@@ -144,9 +144,7 @@ def token(value: int, resource: str = "batch-42") -> FenceToken:
     return FenceToken(value, resource)
 
 
-async def test_a_stale_holder_is_fenced_out_and_changes_nothing(
-    api: Api, raw: redis.Redis
-) -> None:
+async def test_a_stale_holder_is_fenced_out_and_changes_nothing(api: Api, raw: redis.Redis) -> None:
     """The seed's race: A's lease expires while B acquires a larger token."""
     lock, gate = api.lock(), api.gate()
 
@@ -194,9 +192,7 @@ async def test_set_if_fresh_writes_and_advances_the_fence(api: Api, raw: redis.R
     assert raw.ttl(FENCE) == -1  # no fence_ttl: the fence never forgets
 
 
-async def test_equal_tokens_pass_so_one_grant_may_write_many_times(
-    api: Api, raw: redis.Redis
-) -> None:
+async def test_equal_tokens_pass_so_one_grant_may_write_many_times(api: Api, raw: redis.Redis) -> None:
     gate = api.gate()
     for i in range(3):
         await api(gate.set_if_fresh(token(100), TARGET, f"v{i}"))
@@ -323,9 +319,7 @@ async def test_prefix_names_the_fence_key(api: Api, raw: redis.Redis) -> None:
     assert raw.keys("*") == ["app:fence:{batch-42}"]
 
 
-async def test_tokens_from_the_lock_pass_the_gate_in_grant_order(
-    api: Api, raw: redis.Redis
-) -> None:
+async def test_tokens_from_the_lock_pass_the_gate_in_grant_order(api: Api, raw: redis.Redis) -> None:
     lock, gate = api.lock(), api.gate()
     grants = []
     for _ in range(3):
@@ -353,9 +347,7 @@ async def test_concurrent_writers_the_newest_token_wins(api: Api, raw: redis.Red
     assert raw.get(TARGET) == str(n - 1)
 
 
-async def test_redis_errors_surface_as_store_error(
-    api: Api, private_redis: RedisServer
-) -> None:
+async def test_redis_errors_surface_as_store_error(api: Api, private_redis: RedisServer) -> None:
     gate = api.gate(api.connect(private_redis.url()))
     await api(gate.check_and_advance(token(5)))
     private_redis.kill()

@@ -212,9 +212,7 @@ async def test_bad_keys_are_refused(api: Api, key: Any) -> None:
         await api(api.guard().try_begin(key, ttl=DAY))
 
 
-async def test_mark_done_by_the_owner_keeps_the_remaining_ttl(
-    api: Api, raw: redis.Redis
-) -> None:
+async def test_mark_done_by_the_owner_keeps_the_remaining_ttl(api: Api, raw: redis.Redis) -> None:
     guard = api.guard()
     await api(guard.try_begin(KEY, ttl=timedelta(hours=1)))
     await api(guard.mark_done(KEY))
@@ -321,9 +319,7 @@ async def test_a_memo_without_a_json_form_changes_nothing(api: Api, raw: redis.R
     assert not raw.exists(RESULT)
 
 
-async def test_beginning_again_drops_a_memo_of_an_expired_run(
-    api: Api, raw: redis.Redis
-) -> None:
+async def test_beginning_again_drops_a_memo_of_an_expired_run(api: Api, raw: redis.Redis) -> None:
     guard = api.guard()
     raw.set(RESULT, '"from an earlier run"')
     assert await api(guard.try_begin(KEY, ttl=DAY))
@@ -354,9 +350,7 @@ async def test_reclaim_reports_done_work(api: Api, raw: redis.Redis) -> None:
     guard, lock = api.guard(), api.lock()
     await api(guard.try_begin(KEY, ttl=DAY))
     await api(guard.mark_done(KEY, result=5))
-    outcome = await api(
-        api.guard().try_begin_or_reclaim(KEY, lock=lock, lock_resource=KEY, ttl=DAY)
-    )
+    outcome = await api(api.guard().try_begin_or_reclaim(KEY, lock=lock, lock_resource=KEY, ttl=DAY))
     assert outcome is BeginOutcome.ALREADY_DONE
     assert raw.get(IDEM) == "done"
     assert raw.get(RESULT) == "5"
@@ -375,9 +369,7 @@ async def test_reclaim_leaves_a_live_workers_key_alone(api: Api, raw: redis.Redi
 
 async def test_reclaim_treats_a_foreign_value_as_in_progress(api: Api, raw: redis.Redis) -> None:
     raw.set(IDEM, "someone else's format")
-    outcome = await api(
-        api.guard().try_begin_or_reclaim(KEY, lock=api.lock(), lock_resource=KEY, ttl=DAY)
-    )
+    outcome = await api(api.guard().try_begin_or_reclaim(KEY, lock=api.lock(), lock_resource=KEY, ttl=DAY))
     assert outcome is BeginOutcome.IN_PROGRESS
     assert raw.get(IDEM) == "someone else's format"
 
@@ -388,18 +380,20 @@ async def test_reclaim_after_a_simulated_crash(api: Api, raw: redis.Redis) -> No
     worker1, worker2 = api.guard(owner_id="w1"), api.guard(owner_id="w2")
     target = "{" + KEY + "}:progress"
 
-    assert await api(
-        worker1.try_begin_or_reclaim(KEY, lock=lock, lock_resource=KEY, ttl=DAY)
-    ) is BeginOutcome.BEGUN
+    assert (
+        await api(worker1.try_begin_or_reclaim(KEY, lock=lock, lock_resource=KEY, ttl=DAY))
+        is BeginOutcome.BEGUN
+    )
     h1 = await api(lock.acquire(KEY, ttl=timedelta(milliseconds=300), owner_id="w1"))
     await api(gate.set_if_fresh(h1.token, target, "w1: 50%"))
     # "crash": worker 1 stops; its lease expires; the pending marker remains.
     expired(raw, lock.lock_key(KEY))
     assert raw.get(IDEM) == "pending:w1"
 
-    assert await api(
-        worker2.try_begin_or_reclaim(KEY, lock=lock, lock_resource=KEY, ttl=DAY)
-    ) is BeginOutcome.RECLAIMED
+    assert (
+        await api(worker2.try_begin_or_reclaim(KEY, lock=lock, lock_resource=KEY, ttl=DAY))
+        is BeginOutcome.RECLAIMED
+    )
     assert raw.get(IDEM) == "pending:w2"
     h2 = await api(lock.acquire(KEY, ttl=timedelta(minutes=5), owner_id="w2"))
     assert h2.token.value > h1.token.value
@@ -417,24 +411,25 @@ async def test_reclaim_after_a_simulated_crash(api: Api, raw: redis.Redis) -> No
     await api(worker2.mark_done(KEY, result={"by": "w2"}))
     await api(lock.release(h2))
     assert await api(worker1.get_result(KEY)) == {"by": "w2"}
-    assert await api(
-        worker1.try_begin_or_reclaim(KEY, lock=lock, lock_resource=KEY, ttl=DAY)
-    ) is BeginOutcome.ALREADY_DONE
+    assert (
+        await api(worker1.try_begin_or_reclaim(KEY, lock=lock, lock_resource=KEY, ttl=DAY))
+        is BeginOutcome.ALREADY_DONE
+    )
 
 
-async def test_reclaim_checks_the_lock_under_the_locks_own_prefix(
-    api: Api, raw: redis.Redis
-) -> None:
+async def test_reclaim_checks_the_lock_under_the_locks_own_prefix(api: Api, raw: redis.Redis) -> None:
     app_lock, default_lock = api.lock(prefix="app"), api.lock()
     await api(api.guard().try_begin(KEY, ttl=DAY))
     await api(app_lock.acquire("job-1", ttl=timedelta(minutes=5)))
     late = api.guard(owner_id="late")
-    assert await api(
-        late.try_begin_or_reclaim(KEY, lock=app_lock, lock_resource="job-1", ttl=DAY)
-    ) is BeginOutcome.IN_PROGRESS
-    assert await api(
-        late.try_begin_or_reclaim(KEY, lock=default_lock, lock_resource="job-1", ttl=DAY)
-    ) is BeginOutcome.RECLAIMED
+    assert (
+        await api(late.try_begin_or_reclaim(KEY, lock=app_lock, lock_resource="job-1", ttl=DAY))
+        is BeginOutcome.IN_PROGRESS
+    )
+    assert (
+        await api(late.try_begin_or_reclaim(KEY, lock=default_lock, lock_resource="job-1", ttl=DAY))
+        is BeginOutcome.RECLAIMED
+    )
     assert raw.get(IDEM) == "pending:late"
 
 
@@ -577,9 +572,7 @@ async def test_n_processes_racing_try_begin_exactly_one_wins(api: Api, raw: redi
     assert raw.get(IDEM) == "pending:" + wins[0].removeprefix("won ")
 
 
-async def test_redis_errors_surface_as_store_error(
-    api: Api, private_redis: RedisServer
-) -> None:
+async def test_redis_errors_surface_as_store_error(api: Api, private_redis: RedisServer) -> None:
     client = api.connect(private_redis.url())
     guard, lock = api.guard(client), api.lock(client)
     await api(guard.try_begin(KEY, ttl=DAY))

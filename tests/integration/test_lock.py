@@ -177,9 +177,7 @@ async def test_tokens_grow_with_every_grant(api: Api) -> None:
     assert len(set(tokens)) == 5
 
 
-async def test_a_held_lock_refuses_a_second_owner_and_issues_no_token(
-    api: Api, raw: redis.Redis
-) -> None:
+async def test_a_held_lock_refuses_a_second_owner_and_issues_no_token(api: Api, raw: redis.Redis) -> None:
     lock = api.lock()
     first = await api(lock.acquire("r", ttl=TTL, owner_id="a"))
     with pytest.raises(LockNotAcquired, match="'r'"):
@@ -190,9 +188,7 @@ async def test_a_held_lock_refuses_a_second_owner_and_issues_no_token(
     assert raw.get(lock.lock_key("r") + ":seq") == str(first.token.value)
 
 
-async def test_blocking_acquire_gets_the_lock_once_the_lease_ends(
-    api: Api, raw: redis.Redis
-) -> None:
+async def test_blocking_acquire_gets_the_lock_once_the_lease_ends(api: Api, raw: redis.Redis) -> None:
     lock = api.lock()
     first = await api(lock.acquire("r", ttl=SHORT, owner_id="a"))
     second = await api(
@@ -312,9 +308,7 @@ async def test_a_stale_holder_cannot_release_or_extend_the_new_holders_lease(
     assert not raw.exists(lock.lock_key("r"))
 
 
-async def test_a_handle_with_another_owner_id_is_not_the_holder(
-    api: Api, raw: redis.Redis
-) -> None:
+async def test_a_handle_with_another_owner_id_is_not_the_holder(api: Api, raw: redis.Redis) -> None:
     lock = api.lock()
     handle = await api(lock.acquire("r", ttl=TTL, owner_id="a"))
     forged = LockHandle("r", "b", handle.token, TTL)
@@ -348,9 +342,7 @@ async def test_hold_releases_when_the_body_raises(api: Api, raw: redis.Redis) ->
     assert not raw.exists(lock.lock_key("r"))
 
 
-async def test_hold_does_not_mask_the_body_error_when_the_lease_was_lost(
-    api: Api, raw: redis.Redis
-) -> None:
+async def test_hold_does_not_mask_the_body_error_when_the_lease_was_lost(api: Api, raw: redis.Redis) -> None:
     lock = api.lock()
 
     async def lose_the_lease_then_fail() -> None:
@@ -363,9 +355,7 @@ async def test_hold_does_not_mask_the_body_error_when_the_lease_was_lost(
     assert any("releasing the lock also failed" in note for note in info.value.__notes__)
 
 
-async def test_hold_reports_a_lost_lease_when_the_body_succeeded(
-    api: Api, raw: redis.Redis
-) -> None:
+async def test_hold_reports_a_lost_lease_when_the_body_succeeded(api: Api, raw: redis.Redis) -> None:
     lock = api.lock()
     with pytest.raises(LockNotOwned):
         async with api.hold(lock, "r", ttl=SHORT):
@@ -468,9 +458,7 @@ async def test_n_processes_racing_exactly_one_wins(api: Api, raw: redis.Redis) -
     assert raw.get("fencekit:lock:{hot}") == wins[0].removeprefix("won ")
 
 
-async def test_redis_errors_surface_as_store_error(
-    api: Api, private_redis: RedisServer
-) -> None:
+async def test_redis_errors_surface_as_store_error(api: Api, private_redis: RedisServer) -> None:
     lock = api.lock(api.connect(private_redis.url()))
     handle = await api(lock.acquire("r", ttl=TTL))
     private_redis.kill()
@@ -492,4 +480,3 @@ async def test_the_wrong_kind_of_client_is_refused(api: Api) -> None:
     with pytest.raises(TypeError):
         cls(object())
     await api(other.aclose() if not api.is_async else other.close())
-

@@ -13,7 +13,7 @@ import redis
 
 SEED_URL = "redis://localhost:6379/0"
 
-EXAMPLE = '''
+EXAMPLE = """
 from datetime import timedelta
 from redis import Redis
 
@@ -45,7 +45,7 @@ def analyze_batch() -> None:
         guard.mark_done(key)
     finally:
         lock.release(handle)
-'''
+"""
 
 # idempotency_key of the example's payload, as the published fencekit computes it
 # (see tests/unit/test_canonical.py).

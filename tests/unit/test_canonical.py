@@ -115,16 +115,13 @@ def test_subclasses_of_json_types_are_reduced_to_their_base_value() -> None:
 # -- properties --------------------------------------------------------------------
 
 json_scalars = (
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text()
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text()
 )
 json_values = st.recursive(
     json_scalars,
-    lambda children: st.lists(children, max_size=5)
-    | st.dictionaries(st.text(max_size=8), children, max_size=5),
+    lambda children: (
+        st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=8), children, max_size=5)
+    ),
     max_leaves=30,
 )
 payloads = st.dictionaries(st.text(max_size=8), json_values, max_size=6)
@@ -132,9 +129,7 @@ payloads = st.dictionaries(st.text(max_size=8), json_values, max_size=6)
 
 def reference(value: Any) -> str:
     """The rule of the seed, spelled with json.dumps alone."""
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
-    )
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
 
 
 def reordered(value: Any, rnd: Any) -> Any:
