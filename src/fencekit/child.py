@@ -35,6 +35,7 @@ import orjson
 
 from fencekit import ids
 from fencekit.backoff import Backoff
+from fencekit.client import durability
 from fencekit.consumer import Consumer
 from fencekit.errors import ConfigError, FenceKitError, StoreError
 from fencekit.keys import KeySpace
@@ -77,6 +78,8 @@ class ChildConfig:
     keep_dead: int = DEFAULT_KEEP_DEAD
     app: str | None = None
     worker_paths: tuple[str, ...] = ()
+    durable_replicas: int = 0
+    durable_timeout: float = 1.0
 
     def to_json(self) -> bytes:
         return orjson.dumps(asdict(self))
@@ -157,6 +160,7 @@ async def _serve(config: ChildConfig, registry: WorkerRegistry, board: Board, lo
         settings=SettleSettings(config.fence_ttl_ms, config.keep_dead),
         link_kind=config.link,
         lease_ok=lambda: time.monotonic() - board.beat_ok() < half_ttl,
+        durable=durability(config.durable_replicas, config.durable_timeout),
     )
     state = STARTING
 

@@ -24,7 +24,7 @@ import orjson
 import redis.asyncio
 
 from fencekit import codec, lua
-from fencekit.errors import ConfigError, PayloadError
+from fencekit.errors import ConfigError, DurabilityError, PayloadError
 from fencekit.keys import DEFAULT_PREFIX, KeySpace, validate_queue
 from fencekit.store import DEFAULT_URL, apipeline, arun, async_client, parse_url, translated
 from fencekit.task import Task
@@ -222,12 +222,15 @@ class Client:
         prefix: str = DEFAULT_PREFIX,
         max_payload: int = codec.DEFAULT_MAX_PAYLOAD,
         redis: redis.asyncio.Redis | None = None,
+        durable_replicas: int = 0,
+        durable_timeout: float = 1.0,
     ) -> None:
         self.target = parse_url(redis_url)
         self.keys = KeySpace(prefix)
         if type(max_payload) is not int or max_payload < 64:
             raise ConfigError(f"max_payload must be an int >= 64 bytes, got {max_payload!r}")
         self.max_payload = max_payload
+        self.durable = durability(durable_replicas, durable_timeout)
         self.redis = redis if redis is not None else async_client(self.target)
         self._owns_redis = redis is None
         self._known_queues: set[str] = set()
@@ -286,9 +289,18 @@ class Client:
         new = [q for q in by_queue if q not in self._known_queues]
         if new:
             await self._register_queues(new)
-        for result in await apipeline(self.redis, calls):
+        results = await apipeline(self.redis, calls, wait=self.durable)
+        if self.durable is not None:
+            confirmed = int(results.pop())
+        for result in results:
             if isinstance(result, BaseException):
                 raise result
+        if self.durable is not None and confirmed < self.durable[0]:
+            raise DurabilityError(
+                f"{len(tasks)} task(s) accepted by the master but confirmed by {confirmed} of "
+                f"{self.durable[0]} replicas within {self.durable[1]} ms: a failover now could lose them",
+                confirmed,
+            )
         return [t.jid for t in tasks if t.jid is not None]
 
     async def _register_queues(self, queues: Sequence[str]) -> None:
@@ -312,6 +324,15 @@ class Client:
             for raw in await pipe.execute():
                 total = total + QueueStats.from_hash(raw)
         return total
+
+
+def durability(replicas: int, timeout: float) -> tuple[int, int] | None:
+    """``(replicas, timeout_ms)`` for ``WAIT`` after writes, or None when off (``replicas`` 0)."""
+    if type(replicas) is not int or replicas < 0:
+        raise ConfigError(f"durable_replicas must be an int >= 0, got {replicas!r}")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise ConfigError(f"durable_timeout must be a positive number of seconds, got {timeout!r}")
+    return (replicas, max(1, round(timeout * 1000))) if replicas else None
 
 
 def _delay_ms(delay: float | timedelta | None) -> int:

@@ -88,6 +88,7 @@ class Consumer:
         link_kind: str = "lean",
         lease_ok: Callable[[], bool] | None = None,
         on_turn: Callable[[], None] | None = None,
+        durable: tuple[int, int] | None = None,
     ) -> None:
         if type(concurrency) is not int or concurrency < 1:
             raise ValueError(f"concurrency must be an int >= 1, got {concurrency!r}")
@@ -103,6 +104,7 @@ class Consumer:
         self.stats = ConsumerStats()
         self._lease_ok = lease_ok or (lambda: True)
         self._on_turn = on_turn
+        self.durable = durable
         self._gate = AsyncFenceGate(
             gate_client, prefix=keys.prefix, fence_ttl=timedelta(milliseconds=self.settings.fence_ttl_ms)
         )
@@ -191,6 +193,25 @@ class Consumer:
                 continue
             self._backoff.succeeded()
             self._absorb(metas, replies)
+            if self.durable is not None and any(kind == "settle" or extra[1] for kind, _, extra in metas):
+                await self._wait_replicas(link, self.durable)
+
+    async def _wait_replicas(self, link: Link, durable: tuple[int, int]) -> None:
+        """WAIT after a turn that settled tasks (scripts cannot WAIT themselves)."""
+        replicas, timeout_ms = durable
+        try:
+            confirmed = int(await link.execute("WAIT", replicas, timeout_ms, timeout=timeout_ms / 1000 + 5))
+        except StoreError as exc:
+            self.logger.warning("could not wait for %d replica(s) after settling tasks: %s", replicas, exc)
+            return
+        if confirmed < replicas:
+            self.logger.warning(
+                "settlements confirmed by %d of %d replica(s) within %d ms: a failover now could undo them "
+                "(those tasks would run again)",
+                confirmed,
+                replicas,
+                timeout_ms,
+            )
 
     def _has_outcomes(self) -> bool:
         return bool(self._settles) or any(self._acks.values())

@@ -14,6 +14,7 @@
     ├── PayloadError (ValueError)    an envelope that cannot be encoded or decoded
     ├── EncodeError (TypeError)      a value the RESP encoder cannot frame
     ├── StoreError                   Redis failed, timed out or went away mid-call
+    │   └── DurabilityError          accepted by the master, not confirmed by enough replicas
     └── NoCurrentJob (RuntimeError)  current_job() outside a running job
 
 Redis errors become :class:`StoreError` in :func:`translate` (and its async
@@ -86,6 +87,19 @@ class StoreError(FenceKitError):
     not run, so the caller decides what to do. ``__cause__`` holds the
     original redis-py (or socket) exception.
     """
+
+
+class DurabilityError(StoreError):
+    """The master accepted the write, but fewer replicas than asked confirmed it in time.
+
+    The write is not lost yet: it is on the master, and replication goes on.
+    It may be lost if the master fails before a replica has it. Re-sending
+    could duplicate it; ``confirmed`` tells how many replicas had it.
+    """
+
+    def __init__(self, message: str, confirmed: int = 0) -> None:
+        super().__init__(message)
+        self.confirmed = confirmed
 
 
 class NoCurrentJob(FenceKitError, RuntimeError):

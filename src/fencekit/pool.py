@@ -78,6 +78,8 @@ class Pool:
         log_level: str = "INFO",
         link: str = "lean",
         settle: SettleSettings | None = None,
+        durable_replicas: int = 0,
+        durable_timeout: float = 1.0,
         logger: logging.Logger | None = None,
     ) -> None:
         app: str | None = None
@@ -108,6 +110,8 @@ class Pool:
             log_level=log_level,
             link=link,
             settle=settle or SettleSettings(),
+            durable_replicas=durable_replicas,
+            durable_timeout=durable_timeout,
         )
         self.settings.validate()
         self.registry = registry
@@ -234,6 +238,12 @@ def build_parser(prog: str = "python -m fencekit.pool") -> argparse.ArgumentPars
     )
     parser.add_argument("--link", default="lean", choices=["lean", "redis-py"], help=argparse.SUPPRESS)
     parser.add_argument("--data-dir", default=None, help="data directory of the embedded Redis")
+    parser.add_argument(
+        "--durable-replicas", type=int, default=0, help="acks wait for N replicas (WAIT); default 0 = off"
+    )
+    parser.add_argument(
+        "--durable-timeout", type=float, default=1.0, help="seconds WAIT may take (default 1)"
+    )
     return parser
 
 
@@ -268,6 +278,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m fencekit.pool
             admin_password=args.admin_password,
             log_level=args.log_level,
             link=args.link,
+            durable_replicas=args.durable_replicas,
+            durable_timeout=args.durable_timeout,
         )
         settings.validate()
     except FenceKitError as exc:

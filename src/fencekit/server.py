@@ -71,6 +71,8 @@ class Server:
         max_payload: int = codec.DEFAULT_MAX_PAYLOAD,
         link: str = "lean",
         settings: SettleSettings | None = None,
+        durable_replicas: int = 0,
+        durable_timeout: float = 1.0,
     ) -> None:
         if type(concurrency) is not int or concurrency < 1:
             raise ConfigError(f"concurrency must be an int >= 1, got {concurrency!r}")
@@ -102,7 +104,14 @@ class Server:
         self._shutdown: list[Hook] = []
         self._stop = asyncio.Event()
         self._redis = async_client(self.target)
-        self._client = Client(redis=self._redis, prefix=prefix, max_payload=max_payload)
+        self._client = Client(
+            redis=self._redis,
+            prefix=prefix,
+            max_payload=max_payload,
+            durable_replicas=durable_replicas,
+            durable_timeout=durable_timeout,
+        )
+        self.durable = self._client.durable
         self.started = asyncio.Event()
         self.web: Any = None
 
@@ -179,6 +188,7 @@ class Server:
                 settings=self.settings,
                 link_kind=self.link,
                 lease_ok=self.heartbeat.healthy,
+                durable=self.durable,
             )
             self.reaper = Reaper(
                 self._redis, self.keys, self.registry, self.heartbeat_ttl, self.logger, self.settings

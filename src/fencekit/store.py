@@ -353,27 +353,38 @@ async def arun(client: redis.asyncio.Redis | redis.asyncio.RedisCluster, call: C
             return await client.evalsha(call.script.sha, len(call.keys), *keys_and_args)
 
 
-async def apipeline(client: redis.asyncio.Redis, calls: Sequence[Call]) -> list[Any]:
+async def apipeline(
+    client: redis.asyncio.Redis, calls: Sequence[Call], *, wait: tuple[int, int] | None = None
+) -> list[Any]:
     """Run script ``calls`` in one round trip on an asyncio client.
 
     Scripts missing on the server are loaded once and only their calls run
     again (they did not run). A call's own error reply comes back translated
-    in its slot; a connection failure raises :class:`StoreError`.
+    in its slot; a connection failure raises :class:`StoreError`. With
+    ``wait=(replicas, timeout_ms)`` a ``WAIT`` follows the calls in the same
+    round trip (Redis refuses it inside scripts) and its reply -- how many
+    replicas confirmed -- is appended to the results.
     """
     with translated():
-        results = await _evalsha_pipeline(client, calls)
+        results = await _evalsha_pipeline(client, calls, wait)
         missing = [i for i, r in enumerate(results) if isinstance(r, NoScriptError)]
         if missing:
             for source in {calls[i].script.sha: calls[i].script.source for i in missing}.values():
                 await client.script_load(source)
-            again = await _evalsha_pipeline(client, [calls[i] for i in missing])
+            again = await _evalsha_pipeline(client, [calls[i] for i in missing], wait)
             for i, result in zip(missing, again):
                 results[i] = result
+            if wait is not None:
+                results[-1] = again[-1]
     return [translate_error(r) if isinstance(r, BaseException) else r for r in results]
 
 
-async def _evalsha_pipeline(client: redis.asyncio.Redis, calls: Sequence[Call]) -> list[Any]:
+async def _evalsha_pipeline(
+    client: redis.asyncio.Redis, calls: Sequence[Call], wait: tuple[int, int] | None = None
+) -> list[Any]:
     pipe = client.pipeline(transaction=False)
     for c in calls:
         pipe.evalsha(c.script.sha, len(c.keys), *c.keys, *c.args)
+    if wait is not None:
+        pipe.execute_command("WAIT", *wait)
     return list(await pipe.execute(raise_on_error=False))

@@ -39,6 +39,7 @@ from typing import Any
 from fencekit import sdnotify
 from fencekit.child import EXIT_BOOT_ERROR, ChildConfig, fork_hygiene
 from fencekit.child import run as run_child
+from fencekit.client import durability
 from fencekit.errors import ConfigError, StoreError
 from fencekit.heartbeat import HOSTNAME, Heartbeat, consumer_info
 from fencekit.histogram import DurationHistogram
@@ -73,6 +74,8 @@ class PoolSettings:
     log_level: str = "INFO"
     link: str = "lean"
     settle: SettleSettings = field(default_factory=SettleSettings)
+    durable_replicas: int = 0
+    durable_timeout: float = 1.0
 
     def validate(self) -> None:
         for name, value, low in (("procs", self.procs, 1), ("concurrency", self.concurrency, 1)):
@@ -86,6 +89,7 @@ class PoolSettings:
         if self.link not in ("lean", "redis-py"):
             raise ConfigError(f"link must be 'lean' or 'redis-py', got {self.link!r}")
         parse_url(self.redis_url)
+        durability(self.durable_replicas, self.durable_timeout)
 
     @property
     def effective_hang_timeout(self) -> float:
@@ -295,6 +299,8 @@ class Supervisor:
             keep_dead=self.settings.settle.keep_dead,
             app=self.app,
             worker_paths=self.worker_paths,
+            durable_replicas=self.settings.durable_replicas,
+            durable_timeout=self.settings.durable_timeout,
         )
         self.board.reset_slot(child.slot, time.monotonic())
         if self.spawn == "fork":
