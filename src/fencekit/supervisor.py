@@ -30,6 +30,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -163,7 +164,8 @@ class Supervisor:
         self._loops: list[asyncio.Task[None]] = []
         self._pending: set[asyncio.Task[Any]] = set()
         self._started_at = time.monotonic()
-        self._retired = DurationHistogram()  # durations of children that have exited
+        self._retired = DurationHistogram()
+        self._warned_threads = False  # durations of children that have exited
 
     # lifecycle ----------------------------------------------------------------
     async def start(self) -> None:
@@ -328,6 +330,13 @@ class Supervisor:
 
     def _fork(self, config: ChildConfig) -> int:
         assert self.board is not None
+        if threading.active_count() > 1 and not self._warned_threads:
+            self._warned_threads = True
+            self.logger.warning(
+                "forking with %d threads alive: a lock one of them holds stays locked in the child; "
+                "embed the pool with fencekit.pool.Pool (exec'd children) in a threaded host",
+                threading.active_count(),
+            )
         blocked = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD, signal.SIGQUIT}
         old = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
         try:

@@ -98,7 +98,8 @@ class PoolProcess:
         }
         self._out = self.log.open("wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "fencekit.pool", *args, "--redis-url", url, "--web-port", "-1"],
+            [sys.executable, "-m", "fencekit.pool", *args, "--redis-url", url]
+            + ([] if "--web-port" in args else ["--web-port", "-1"]),
             cwd=app_dir,
             env=full_env,
             stdout=self._out,
@@ -427,3 +428,28 @@ def test_the_demo_app_makes_jobs_flow(private_redis: RedisServer, srv: redis.Red
     finally:
         assert pool.stop() == 0
     assert srv.keys("demo:result:*")
+
+
+def test_the_supervisor_serves_probes_admin_and_metrics_for_its_children(
+    app_dir: Path, private_redis: RedisServer, srv: redis.Redis
+):
+    import httpx
+
+    from fencekit.testing import free_port
+
+    port = free_port()
+    pool = PoolProcess(
+        app_dir, private_redis.url(), "poolapp:WORKERS", "--procs", "2", "--web-port", str(port)
+    )
+    try:
+        pool.wait_ready()
+        base = f"http://127.0.0.1:{port}"
+        assert httpx.get(base + "/live").json() == {"status": "ok"}
+        assert httpx.get(base + "/ready").json() == {"status": "ok"}
+        page = httpx.get(base + "/admin").text
+        for pid in child_pids(srv, pool.proc.pid):
+            assert str(pid) in page
+        metrics = httpx.get(base + "/metrics").text
+        assert "fencekit_pool_children 2.0" in metrics
+    finally:
+        assert pool.stop() == 0
