@@ -8,134 +8,21 @@ directly (``raw``) to check what happened, not the code under test.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import multiprocessing
-import threading
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import pytest
 import redis
 import redis.asyncio
+from tests.primitives_api import Api, expired
 
 from fencekit.errors import ConfigError, LockNotAcquired, LockNotOwned, StoreError
-from fencekit.fence import AsyncFenceGate, FenceGate
-from fencekit.idempotency import AsyncIdempotencyGuard, IdempotencyGuard
 from fencekit.lock import AsyncDistributedLock, DistributedLock
-from fencekit.testing import RedisServer, wait_until
+from fencekit.testing import RedisServer
 from fencekit.tokens import FenceToken, LockHandle
-
-# -- the adapter: one scenario, both APIs (the same block opens test_fence.py and
-# test_idempotency.py; it belongs in tests/integration/conftest.py) ---------------
-
-
-class Api:
-    """Builds the sync or the asyncio primitives; ``await api(x)`` awaits only if needed."""
-
-    def __init__(self, kind: str, decode: bool, url: str) -> None:
-        self.kind, self.decode, self.url = kind, decode, url
-        self.is_async = kind == "async"
-        self._clients: list[Any] = []
-        self.client = self.connect(url)
-
-    def connect(self, url: str | None = None) -> Any:
-        """A new client of this API's kind (its own connection pool)."""
-        factory = redis.asyncio.Redis if self.is_async else redis.Redis
-        client = factory.from_url(url or self.url, decode_responses=self.decode)
-        self._clients.append(client)
-        return client
-
-    def lock(self, client: Any = None, **kwargs: Any) -> Any:
-        cls = AsyncDistributedLock if self.is_async else DistributedLock
-        return cls(client or self.client, **kwargs)
-
-    def gate(self, client: Any = None, **kwargs: Any) -> Any:
-        cls = AsyncFenceGate if self.is_async else FenceGate
-        return cls(client or self.client, **kwargs)
-
-    def guard(self, client: Any = None, **kwargs: Any) -> Any:
-        cls = AsyncIdempotencyGuard if self.is_async else IdempotencyGuard
-        return cls(client or self.client, **kwargs)
-
-    async def __call__(self, value: Any) -> Any:
-        return await value if inspect.isawaitable(value) else value
-
-    @asynccontextmanager
-    async def hold(self, lock: Any, resource: str, **kwargs: Any) -> AsyncIterator[LockHandle]:
-        if self.is_async:
-            async with lock.hold(resource, **kwargs) as handle:
-                yield handle
-        else:
-            with lock.hold(resource, **kwargs) as handle:
-                yield handle
-
-    async def race(self, n: int, contender: Callable[[Any], Any]) -> list[Any]:
-        """Run ``contender(own_client)`` n times at once (threads or tasks).
-
-        Returns each contender's result or exception.
-        """
-        clients = [self.connect() for _ in range(n)]
-        if self.is_async:
-            for client in clients:
-                await client.ping()
-
-            async def one(client: Any) -> Any:
-                try:
-                    return await contender(client)
-                except Exception as exc:
-                    return exc
-
-            return list(await asyncio.gather(*(one(c) for c in clients)))
-        results: list[Any] = [None] * n
-        barrier = threading.Barrier(n)
-
-        def run(i: int) -> None:
-            clients[i].ping()
-            barrier.wait()
-            try:
-                results[i] = contender(clients[i])
-            except Exception as exc:
-                results[i] = exc
-
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(60)
-        return results
-
-    async def close(self) -> None:
-        for client in self._clients:
-            await self(client.aclose() if self.is_async else client.close())
-
-
-@pytest.fixture(
-    params=[("sync", False), ("sync", True), ("async", False), ("async", True)],
-    ids=["sync-bytes", "sync-decoded", "async-bytes", "async-decoded"],
-)
-async def api(request: pytest.FixtureRequest, redis_url: str) -> AsyncIterator[Api]:
-    adapter = Api(request.param[0], request.param[1], redis_url)
-    yield adapter
-    await adapter.close()
-
-
-@pytest.fixture
-def raw(redis_url: str) -> Iterator[redis.Redis]:
-    """A plain client to look at Redis directly."""
-    client = redis.Redis.from_url(redis_url, decode_responses=True)
-    yield client
-    client.close()
-
-
-def expired(raw: redis.Redis, key: str) -> None:
-    """Wait (without a fixed sleep) until Redis has expired ``key``."""
-    wait_until(lambda: not raw.exists(key), timeout=30, what=f"{key} to expire")
-
-
-# -- end of the adapter ------------------------------------------------------------
 
 TTL = timedelta(seconds=30)
 SHORT = timedelta(milliseconds=200)

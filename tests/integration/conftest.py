@@ -1,0 +1,28 @@
+"""Fixtures of the primitives' tests (see ``tests/primitives_api.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+import redis
+import redis.asyncio
+from tests.primitives_api import Api
+
+
+@pytest.fixture(
+    params=[("sync", False), ("sync", True), ("async", False), ("async", True)],
+    ids=["sync-bytes", "sync-decoded", "async-bytes", "async-decoded"],
+)
+async def api(request: pytest.FixtureRequest, redis_url: str) -> AsyncIterator[Api]:
+    adapter = Api(request.param[0], request.param[1], redis_url)
+    yield adapter
+    await adapter.close()
+
+
+@pytest.fixture
+def raw(redis_url: str) -> Iterator[redis.Redis]:
+    """A plain client to look at Redis directly."""
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    yield client
+    client.close()
