@@ -39,7 +39,7 @@ from fencekit import codec, lua, settle
 from fencekit.backoff import Backoff
 from fencekit.client import Client
 from fencekit.errors import FencedOutError, PayloadError, StoreError
-from fencekit.fence import AsyncFenceGate
+from fencekit.fence import FenceRules
 from fencekit.histogram import DurationHistogram
 from fencekit.job import Job, job_resource, set_current
 from fencekit.keys import KeySpace, QueueKeys
@@ -105,9 +105,7 @@ class Consumer:
         self._lease_ok = lease_ok or (lambda: True)
         self._on_turn = on_turn
         self.durable = durable
-        self._gate = AsyncFenceGate(
-            gate_client, prefix=keys.prefix, fence_ttl=timedelta(milliseconds=self.settings.fence_ttl_ms)
-        )
+        self._fence_rules = FenceRules(keys.prefix, timedelta(milliseconds=self.settings.fence_ttl_ms))
         self._client = Client(redis=gate_client, prefix=keys.prefix)
         self._qkeys = {q: keys.queue(q) for q in self.queues}
         self._inflight = {q: k.inflight(consumer_id) for q, k in self._qkeys.items()}
@@ -355,7 +353,8 @@ class Consumer:
             attempt=envelope.attempt,
             token=FenceToken(token, job_resource(queue, envelope.jid)),
             params=envelope.params,
-            gate=self._gate,
+            rules=self._fence_rules,
+            run=self._call,
             client=self._client,
         )
         set_current(job)
@@ -424,6 +423,10 @@ class Consumer:
         self._event.set()
 
     # connections, waking, returning ----------------------------------------
+    async def _call(self, call: lua.Call) -> Any:
+        """One script call for a running job, on the hot-path connection."""
+        return await (await self._connected()).call(call)
+
     async def _connected(self) -> Link:
         if self._link is None or self._link.closed:
             self._link = await open_link(self.target, name=f"fk:{self.consumer_id}", kind=self.link_kind)

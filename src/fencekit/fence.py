@@ -19,7 +19,7 @@ Equal tokens pass (one grant may write many times); an older token raises
 expires unless ``fence_ttl`` is given; an expired fence forgets the newest
 token, so choose a ``fence_ttl`` far longer than any pause you defend against.
 
-:class:`AsyncFenceGate` is the asyncio twin; both use :class:`_FenceRules`
+:class:`AsyncFenceGate` is the asyncio twin; both use :class:`FenceRules`
 for every decision and differ only in how a call is executed.
 """
 
@@ -52,8 +52,8 @@ def _token(token: object) -> FenceToken:
     return token
 
 
-class _FenceRules:
-    """Keys, checks and script calls of one prefix; no I/O."""
+class FenceRules:
+    """Keys, checks and script calls of one prefix; no I/O (shared by both gates and jobs)."""
 
     __slots__ = ("fence_ttl_ms", "keys")
 
@@ -118,7 +118,7 @@ class FenceGate:
         fence_ttl: timedelta | None = None,
     ) -> None:
         self._redis = require_sync_client(redis, "FenceGate")
-        self._rules = _FenceRules(prefix, fence_ttl)
+        self._rules = FenceRules(prefix, fence_ttl)
 
     @property
     def prefix(self) -> str:
@@ -171,7 +171,7 @@ class AsyncFenceGate:
         fence_ttl: timedelta | None = None,
     ) -> None:
         self._redis = require_async_client(redis, "AsyncFenceGate")
-        self._rules = _FenceRules(prefix, fence_ttl)
+        self._rules = FenceRules(prefix, fence_ttl)
 
     @property
     def prefix(self) -> str:

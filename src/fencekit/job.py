@@ -12,13 +12,15 @@ was reaped or redelivered, the write raises
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from fencekit.errors import NoCurrentJob
-from fencekit.fence import AsyncFenceGate
+from fencekit.fence import FenceRules
+from fencekit.lua import Call
 from fencekit.tokens import FenceToken
 
 if TYPE_CHECKING:
@@ -43,12 +45,17 @@ class Job:
     attempt: int
     token: FenceToken
     params: dict[str, Any]
-    gate: AsyncFenceGate
+    rules: FenceRules
+    run: Callable[[Call], Awaitable[Any]]
     client: Client
 
     async def set_if_fresh(self, key: str, value: str | bytes | int | float) -> None:
-        """``SET key value`` fenced by this delivery's token (one atomic script)."""
-        await self.gate.set_if_fresh(self.token, key, value)
+        """``SET key value`` fenced by this delivery's token (one atomic script).
+
+        It goes over the consumer's hot-path connection, and raises
+        :class:`~fencekit.errors.FencedOutError` once a newer delivery exists.
+        """
+        await self.run(self.rules.set_call(self.token, key, value))
 
     async def enqueue(self, task: Task, *, delay: float | timedelta | None = None) -> str:
         """Enqueue a follow-up task on this consumer's connection; returns its jid."""
