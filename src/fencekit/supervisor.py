@@ -205,11 +205,12 @@ class Supervisor:
             "READY=1", f"STATUS=serving {', '.join(self.queues)} with {len(self.children)} children"
         )
         self.logger.info(
-            "pool ready: %d children x concurrency %d on %s, queues %s",
+            "pool ready: %d children x concurrency %d on %s, queues %s%s",
             len(self.children),
             self.settings.concurrency,
             self.target.redacted(),
             ", ".join(self.queues),
+            f"; admin page at {self.web.url}/admin" if self.web is not None else "",
         )
 
     async def stop(self, *, fast: bool = False) -> None:
