@@ -44,7 +44,7 @@ from fencekit.client import DeadLetter, Queue, QueueStats
 from fencekit.errors import ConfigError, StoreError
 from fencekit.histogram import DurationHistogram
 from fencekit.keys import DEFAULT_PREFIX, KeySpace, validate_queue
-from fencekit.store import RedisTarget, async_client, parse_url, translated
+from fencekit.store import RedisTarget, aclose_client, async_client, parse_url, translated
 
 __all__ = [
     "AdminSource",
@@ -184,7 +184,7 @@ class AdminSource:
     async def aclose(self) -> None:
         """Close the connection pool if this source created it."""
         if self._owns_redis:
-            await self.redis.aclose()
+            await aclose_client(self.redis)
 
     @property
     def redis_display(self) -> str | None:

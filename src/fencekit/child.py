@@ -41,7 +41,7 @@ from fencekit.errors import ConfigError, FenceKitError, StoreError
 from fencekit.keys import KeySpace
 from fencekit.liveness import READY, STARTING, STOPPING, TICK, Board
 from fencekit.settle import DEFAULT_FENCE_TTL_MS, DEFAULT_KEEP_DEAD, SettleSettings
-from fencekit.store import async_client, parse_url
+from fencekit.store import aclose_client, async_client, parse_url
 from fencekit.worker import WorkerRegistry
 
 EXIT_OK = 0
@@ -212,7 +212,7 @@ async def _serve(config: ChildConfig, registry: WorkerRegistry, board: Board, lo
         board.tick(
             config.slot, time.monotonic(), STOPPING, pid, consumer.stats.processed, consumer.stats.durations
         )
-        await redis.aclose()
+        await aclose_client(redis)
 
 
 def main() -> NoReturn:

@@ -26,7 +26,7 @@ import redis.asyncio
 from fencekit import codec, lua
 from fencekit.errors import ConfigError, DurabilityError, PayloadError
 from fencekit.keys import DEFAULT_PREFIX, KeySpace, validate_queue
-from fencekit.store import DEFAULT_URL, apipeline, arun, async_client, parse_url, translated
+from fencekit.store import DEFAULT_URL, aclose_client, apipeline, arun, async_client, parse_url, translated
 from fencekit.task import Task
 
 
@@ -247,7 +247,7 @@ class Client:
     async def close(self) -> None:
         """Close the connection pool (when this client created it)."""
         if self._owns_redis:
-            await self.redis.aclose()
+            await aclose_client(self.redis)
 
     def queue(self, name: str) -> Queue:
         """The handle of queue ``name``."""

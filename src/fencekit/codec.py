@@ -25,6 +25,7 @@ from fencekit.errors import PayloadError
 
 DEFAULT_MAX_PAYLOAD = 1 << 20  # 1 MiB per envelope
 _MAX_DEPTH = 64
+_MIN_INT, _MAX_INT = -(2**63), 2**64 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +51,11 @@ def check_params(params: object, path: str = "params", depth: int = 0) -> None:
     """Refuse anything that is not plain, finite JSON (orjson would convert it)."""
     if depth > _MAX_DEPTH:
         raise PayloadError(f"{path}: nested deeper than {_MAX_DEPTH} levels")
-    if params is None or isinstance(params, (str, bool, int)):
+    if params is None or isinstance(params, (str, bool)):
+        return
+    if isinstance(params, int):
+        if not _MIN_INT <= params <= _MAX_INT:
+            raise PayloadError(f"{path}: {params} does not fit in 64 bits (pass big numbers as strings)")
         return
     if isinstance(params, float):
         if not math.isfinite(params):
@@ -80,7 +85,16 @@ def encode(
     attempt: int,
     enqueued_at: int,
 ) -> bytes:
-    """Encode an envelope (no validation: :func:`check_params` runs at enqueue)."""
+    """Encode an envelope (:func:`check_params` ran at enqueue, or at decode)."""
+    try:
+        return _dumps(jid, queue, operation, params, attempt, enqueued_at)
+    except TypeError as exc:
+        raise PayloadError(f"task {jid} cannot be encoded: {exc}") from None
+
+
+def _dumps(
+    jid: str, queue: str, operation: str, params: dict[str, Any], attempt: int, enqueued_at: int
+) -> bytes:
     return orjson.dumps(
         {
             "jid": jid,
@@ -122,6 +136,7 @@ def decode(raw: bytes | str) -> Envelope:
         raise PayloadError("field 'attempt' must be a non-negative integer")
     if type(enqueued_at) is not int:
         raise PayloadError("field 'enqueued_at' must be an integer (ms)")
+    check_params(params)  # e.g. deeper than we could encode again for a retry
     return Envelope(jid, queue, operation, params, attempt, enqueued_at)
 
 

@@ -50,6 +50,7 @@ from fencekit.tokens import FenceToken
 from fencekit.worker import RetryPolicy, WorkerRegistry
 
 IDLE_POLL = 1.0
+LEASE_RECHECK = 0.1
 MAX_CLAIM = 512
 
 
@@ -121,6 +122,7 @@ class Consumer:
         self._stopping = False
         self._stopped = asyncio.Event()
         self._reconcile = False
+        self._lease_blocked = False
         self._link: Link | None = None
         self._wake_link: Link | None = None
         self._backoff = Backoff(logger, f"consumer {consumer_id}: claiming")
@@ -175,6 +177,10 @@ class Consumer:
                 return
             calls, metas = self._build_turn()
             if not calls:
+                if self._lease_blocked:
+                    # No claims while our heartbeat is stale (peers may be reaping us): look again soon.
+                    await self._sleep_or_stop(LEASE_RECHECK)
+                    continue
                 self._event.clear()
                 self._want_wake_update()
                 await self._event.wait()
@@ -223,8 +229,12 @@ class Consumer:
         self._settles = []
         claim_queue: str | None = None
         free = self.concurrency - len(self._running)
-        if free > 0 and not self._stopping and self._lease_ok():
-            claim_queue = self._pick_queue()
+        self._lease_blocked = False
+        if free > 0 and not self._stopping:
+            if self._lease_ok():
+                claim_queue = self._pick_queue()
+            else:
+                self._lease_blocked = True
         for queue in self.queues:
             acks = self._acks[queue]
             want = min(free, MAX_CLAIM) if queue == claim_queue else 0
@@ -429,6 +439,10 @@ class Consumer:
 
     async def _connected(self) -> Link:
         if self._link is None or self._link.closed:
+            if self._link is not None:
+                # Replies lost with the old connection may have been claims or acks that landed:
+                # before the next turn, return what is in flight here but not running.
+                self._reconcile = True
             self._link = await open_link(self.target, name=f"fk:{self.consumer_id}", kind=self.link_kind)
         return self._link
 

@@ -22,7 +22,7 @@ from redis.exceptions import RedisError
 
 from fencekit.errors import StoreError
 from fencekit.lua import Call
-from fencekit.store import RedisTarget, apipeline, async_client, translate_error
+from fencekit.store import RedisTarget, aclose_client, apipeline, async_client, translate_error
 
 
 class Link(Protocol):
@@ -95,4 +95,4 @@ class RedisPyLink:
 
     async def aclose(self) -> None:
         self._closed = True
-        await self._client.aclose()
+        await aclose_client(self._client)

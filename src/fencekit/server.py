@@ -31,7 +31,7 @@ from fencekit.lua import forget
 from fencekit.reaper import Reaper
 from fencekit.scheduler import Scheduler
 from fencekit.settle import SettleSettings
-from fencekit.store import DEFAULT_URL, arun, async_client, parse_url, translated
+from fencekit.store import DEFAULT_URL, aclose_client, arun, async_client, parse_url, translated
 from fencekit.task import Task
 from fencekit.worker import WorkerRegistry
 
@@ -229,7 +229,7 @@ class Server:
                 if self.web is not None:
                     await self.web.stop()
                     self.web = None
-                await self._redis.aclose()
+                await aclose_client(self._redis)
                 self.started.clear()
                 self.logger.info("server %s stopped", self.consumer_id)
 

@@ -388,3 +388,11 @@ async def _evalsha_pipeline(
     if wait is not None:
         pipe.execute_command("WAIT", *wait)
     return list(await pipe.execute(raise_on_error=False))
+
+
+async def aclose_client(client: redis.asyncio.Redis) -> None:
+    """Close an asyncio client, and the sentinel connections of a Sentinel-managed one."""
+    await client.aclose()
+    manager = getattr(client.connection_pool, "sentinel_manager", None)
+    for sentinel in getattr(manager, "sentinels", ()):
+        await sentinel.aclose()

@@ -49,7 +49,7 @@ from fencekit.liveness import READY, Board
 from fencekit.reaper import Reaper
 from fencekit.scheduler import Scheduler
 from fencekit.settle import SettleSettings
-from fencekit.store import async_client, parse_url, translated
+from fencekit.store import aclose_client, async_client, parse_url, translated
 from fencekit.worker import WorkerRegistry
 
 QUICK_DEATH = 5.0  # a child dying sooner than this after its start counts toward back-off
@@ -244,7 +244,7 @@ class Supervisor:
         await asyncio.gather(*self._loops, return_exceptions=True)
         if self.web is not None:
             await self.web.stop()
-        await self.redis.aclose()
+        await aclose_client(self.redis)
         if self.board is not None:
             self.board.close()
             self.board = None
