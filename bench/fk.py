@@ -1,0 +1,258 @@
+# ruff: noqa: RUF059
+"""fencekit's end-to-end scenarios: drain, work, enqueue, latency, scale, memory, start-up."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import redis.asyncio as aredis
+
+from bench import apps
+from bench.common import PY, children_of, percentile, rss_kib, spawn, stop, wait_processed
+from fencekit import Client, Task
+from fencekit.heartbeat import Heartbeat, consumer_info
+from fencekit.keys import KeySpace
+
+KEYS = KeySpace("fencekit")
+LOG = logging.getLogger("bench")
+
+
+def stats_key(queue: str) -> str:
+    return KEYS.queue(queue).stats
+
+
+def pool_argv(
+    url: str, procs: int, conc: int, app: str = "bench.apps:noop", level: str = "WARNING"
+) -> list[str]:
+    return [
+        PY,
+        "-m",
+        "fencekit.pool",
+        app,
+        "--procs",
+        str(procs),
+        "--concurrency",
+        str(conc),
+        "--redis-url",
+        url,
+        "--web-port",
+        "-1",
+        "--log-level",
+        level,
+    ]
+
+
+def server_argv(url: str, conc: int) -> list[str]:
+    return [PY, "-m", "bench.fk_server", url, str(conc)]
+
+
+def quiet_client(url: str) -> Client:
+    client = Client(url)
+    client.logger.setLevel(logging.WARNING)  # enqueue logs each task at INFO otherwise
+    return client
+
+
+async def fill(
+    client: Client,
+    n: int,
+    op: str = "noop",
+    queues: list[str] | None = None,
+    delay: float | None = None,
+    batch: int = 10_000,
+) -> float:
+    """Enqueue ``n`` tasks with ``enqueue_many`` (round-robin over ``queues``); returns seconds."""
+    queues = queues or [apps.QUEUE]
+    started = time.perf_counter()
+    for start in range(0, n, batch):
+        tasks = [Task(queues[i % len(queues)], op, {"i": i}) for i in range(start, min(n, start + batch))]
+        await client.enqueue_many(tasks, delay=delay)
+    return time.perf_counter() - started
+
+
+class FakeConsumers:
+    """``count`` registered, beating consumers that claim nothing (the 50-consumers case)."""
+
+    def __init__(self, r: aredis.Redis, count: int) -> None:
+        entries = {
+            f"bench-host:{i}:fake:{i:012d}": consumer_info(f"bench-host:{i}:fake:{i:012d}", [apps.QUEUE], 1)
+            for i in range(count)
+        }
+        self.heartbeat = Heartbeat(r, KEYS, 30.0, LOG, lambda: entries)
+        self.task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> FakeConsumers:
+        await self.heartbeat.beat_once()
+        self.task = asyncio.create_task(self.heartbeat.run())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.task is not None
+        self.task.cancel()
+        await asyncio.gather(self.task, return_exceptions=True)
+
+
+async def drain(
+    url: str,
+    logdir: Path,
+    *,
+    n: int,
+    procs: int = 1,
+    conc: int = 128,
+    op: str = "noop",
+    app: str = "bench.apps:noop",
+    queues: list[str] | None = None,
+    scheduled: int = 0,
+    fake_consumers: int = 0,
+    server: bool = False,
+    memory: bool = False,
+    timeout: float = 600.0,
+) -> dict[str, Any]:
+    """Pre-enqueue ``n`` tasks, start the pool (or a Server), time until the last ack in Redis."""
+    r = aredis.from_url(url)
+    await r.flushall()
+    client = quiet_client(url)
+    fill_s = await fill(client, n, op, queues)
+    if scheduled:
+        await fill(client, scheduled, op, None, delay=3600.0)  # retries due later: the scheduler scans them
+    keys = [stats_key(q) for q in (queues or [apps.QUEUE])]
+    what = "server" if server else f"pool-p{procs}"
+    argv = server_argv(url, conc) if server else pool_argv(url, procs, conc, app)
+    fakes = FakeConsumers(r, fake_consumers) if fake_consumers else None
+    if fakes:
+        await fakes.__aenter__()
+    rss: dict[str, Any] = {}
+    launched = time.perf_counter()
+    proc = spawn(argv, logdir / f"{what}-{op}-{n}-c{conc}.log")
+    try:
+        if memory:
+            first, _, _ = await wait_processed(r, keys, min(20_000, n // 20), timeout, proc=proc)
+            rss["early"] = _rss_tree(proc.pid)
+        first, done, count = await wait_processed(r, keys, n, timeout, proc=proc)
+        if memory:
+            rss["after"] = _rss_tree(proc.pid)
+            await asyncio.sleep(2.0)
+            rss["idle_after"] = _rss_tree(proc.pid)
+    finally:
+        code = stop(proc)
+        if fakes:
+            await fakes.__aexit__()
+        await client.close()
+        await r.aclose()
+    result: dict[str, Any] = {
+        "n": n,
+        "procs": procs,
+        "conc": conc,
+        "op": op,
+        "server": server,
+        "fill_s": fill_s,
+        "processed": count,
+        "exit": code,
+    }
+    if first is None or done is None:
+        result["error"] = f"only {count}/{n} processed within {timeout:.0f}s (exit {code})"
+        return result
+    result.update(
+        first_ack_s=first - launched,
+        drain_s=done - first,
+        total_s=done - launched,
+        rate=n / (done - first) if done > first else float("nan"),
+    )
+    if memory:
+        result["rss"] = rss
+    return result
+
+
+def _rss_tree(pid: int) -> dict[str, Any]:
+    kids = children_of(pid)
+    return {"supervisor": rss_kib(pid), "children": [rss_kib(c) for c in kids]}
+
+
+async def startup(url: str, logdir: Path, procs: int, timeout: float = 60.0) -> dict[str, Any]:
+    """Seconds from launch until the pool logs "pool ready" (an INFO run on an empty queue)."""
+    r = aredis.from_url(url)
+    await r.flushall()
+    await r.aclose()
+    log = logdir / f"startup-p{procs}.log"
+    launched = time.perf_counter()
+    proc = spawn(pool_argv(url, procs, 128, level="INFO"), log)
+    ready = None
+    try:
+        while time.perf_counter() - launched < timeout and proc.poll() is None:
+            if "pool ready" in log.read_text(errors="replace"):
+                ready = time.perf_counter() - launched
+                break
+            await asyncio.sleep(0.005)
+    finally:
+        stop(proc)
+    return {"procs": procs, "ready_s": ready}
+
+
+async def enqueue(url: str, n_single: int, n_bulk: int, batch: int = 1000) -> dict[str, Any]:
+    """One ``enqueue`` at a time, then ``enqueue_many`` in batches of ``batch``."""
+    r = aredis.from_url(url)
+    await r.flushall()
+    client = quiet_client(url)
+    try:
+        for i in range(50):  # warm: connection, script load, queue registration
+            await client.enqueue(Task(apps.QUEUE, "noop", {"i": i}))
+        t0 = time.perf_counter()
+        for i in range(n_single):
+            await client.enqueue(Task(apps.QUEUE, "noop", {"i": i}))
+        single = n_single / (time.perf_counter() - t0)
+        await r.flushall()
+        client._known_queues.clear()
+        t0 = time.perf_counter()
+        for start in range(0, n_bulk, batch):
+            await client.enqueue_many(Task(apps.QUEUE, "noop", {"i": i}) for i in range(start, start + batch))
+        bulk = n_bulk / (time.perf_counter() - t0)
+        assert await r.llen(KEYS.queue(apps.QUEUE).pending) == n_bulk
+    finally:
+        await client.close()
+        await r.aclose()
+    return {"single": single, "bulk": bulk, "n_single": n_single, "n_bulk": n_bulk, "batch": batch}
+
+
+async def latency(
+    url: str,
+    logdir: Path,
+    *,
+    n: int = 1000,
+    procs: int = 2,
+    conc: int = 16,
+    gap: float = 0.002,
+    server: bool = False,
+) -> dict[str, Any]:
+    """An idle pool; ``n`` tasks enqueued one at a time ``gap`` s apart; enqueue -> start."""
+    r = aredis.from_url(url)
+    await r.flushall()
+    client = quiet_client(url)
+    argv = server_argv(url, conc) if server else pool_argv(url, procs, conc)
+    proc = spawn(argv, logdir / f"latency-{'server' if server else procs}.log")
+    key = stats_key(apps.QUEUE)
+    try:
+        await client.enqueue(Task(apps.QUEUE, "noop", {}))  # wait until it serves
+        first, done, _ = await wait_processed(r, [key], 1, 60.0, proc=proc)
+        if done is None:
+            return {"error": "pool did not serve within 60 s"}
+        await asyncio.sleep(1.5)  # every child up and idle (blocked on its wake key)
+        for _ in range(n):
+            await client.enqueue(Task(apps.QUEUE, "lat", {"t": time.time()}))
+            await asyncio.sleep(gap)
+        _, done, _ = await wait_processed(r, [key], n + 1, 60.0, proc=proc)
+        values = [float(x) * 1000 for x in await r.lrange("bench:lat", 0, -1)]
+    finally:
+        stop(proc)
+        await client.close()
+        await r.aclose()
+    return {
+        "n": len(values),
+        "p50_ms": percentile(values, 0.5),
+        "p99_ms": percentile(values, 0.99),
+        "max_ms": max(values) if values else None,
+        "procs": procs,
+        "conc": conc,
+    }
