@@ -12,6 +12,7 @@ operations of the kickdown API (``pending``, ``length``, ``scheduled``,
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
 from collections.abc import Iterable, Sequence
@@ -26,6 +27,7 @@ import redis.asyncio
 from fencekit import codec, lua
 from fencekit.errors import ConfigError, DurabilityError, PayloadError
 from fencekit.keys import DEFAULT_PREFIX, KeySpace, validate_queue
+from fencekit.link import Link, open_link
 from fencekit.store import DEFAULT_URL, aclose_client, apipeline, arun, async_client, parse_url, translated
 from fencekit.task import Task
 
@@ -233,6 +235,8 @@ class Client:
         self.durable = durability(durable_replicas, durable_timeout)
         self.redis = redis if redis is not None else async_client(self.target)
         self._owns_redis = redis is None
+        self._lean: Link | None = None  # enqueues of a client that owns its connection go here
+        self._lean_opening: asyncio.Lock | None = None
         self._known_queues: set[str] = set()
         self.logger = default_logger("fencekit.client")
 
@@ -246,6 +250,9 @@ class Client:
 
     async def close(self) -> None:
         """Close the connection pool (when this client created it)."""
+        if self._lean is not None:
+            await self._lean.aclose()
+            self._lean = None
         if self._owns_redis:
             await aclose_client(self.redis)
 
@@ -289,7 +296,11 @@ class Client:
         new = [q for q in by_queue if q not in self._known_queues]
         if new:
             await self._register_queues(new)
-        results = await apipeline(self.redis, calls, wait=self.durable)
+        if self.durable is None and self._owns_redis:
+            link = await self._link()
+            results = await link.pipeline(calls) if len(calls) > 1 else [await link.call(calls[0])]
+        else:
+            results = await apipeline(self.redis, calls, wait=self.durable)
         if self.durable is not None:
             confirmed = int(results.pop())
         for result in results:
@@ -302,6 +313,16 @@ class Client:
                 confirmed,
             )
         return [t.jid for t in tasks if t.jid is not None]
+
+    async def _link(self) -> Link:
+        """The lean connection for enqueues (opened on first use, again after a failure)."""
+        if self._lean is None or self._lean.closed:
+            if self._lean_opening is None:
+                self._lean_opening = asyncio.Lock()
+            async with self._lean_opening:
+                if self._lean is None or self._lean.closed:
+                    self._lean = await open_link(self.target, name="fencekit-client")
+        return self._lean
 
     async def _register_queues(self, queues: Sequence[str]) -> None:
         with translated():
