@@ -296,9 +296,14 @@ class Client:
         new = [q for q in by_queue if q not in self._known_queues]
         if new:
             await self._register_queues(new)
-        if self.durable is None and self._owns_redis:
+        if self._owns_redis:
             link = await self._link()
             results = await link.pipeline(calls) if len(calls) > 1 else [await link.call(calls[0])]
+            if self.durable is not None:  # scripts cannot WAIT: it follows them on the same connection
+                replicas, timeout_ms = self.durable
+                results.append(
+                    await link.execute("WAIT", replicas, timeout_ms, timeout=timeout_ms / 1000 + 5)
+                )
         else:
             results = await apipeline(self.redis, calls, wait=self.durable)
         if self.durable is not None:

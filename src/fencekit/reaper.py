@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Iterable
+from collections.abc import Callable, Collection, Iterable
 
 import orjson
 import redis.asyncio
@@ -59,6 +59,7 @@ class Reaper:
         ttl: float,
         logger: logging.Logger,
         settings: SettleSettings | None = None,
+        alive: Callable[[], Collection[str]] | None = None,
     ) -> None:
         self.client = client
         self.keys = keys
@@ -66,6 +67,9 @@ class Reaper:
         self.ttl = ttl
         self.logger = logger
         self.settings = settings or SettleSettings()
+        # Consumers this process knows are alive (its own, its children): never reaped here,
+        # even when their beats went stale during an outage that just ended.
+        self.alive = alive or (lambda: ())
         self.reaped_consumers = 0
         self.returned = 0
         self.failed = 0
@@ -89,8 +93,10 @@ class Reaper:
             dead = await arun(
                 self.client, lua.expired(beats=self.keys.beats, ttl_ms=int(self.ttl * 1000), limit=BATCH)
             )
+            ours = self.alive()
             for consumer_id in dead:
-                moved += await self.reap(_text(consumer_id), forget_if_silent=True)
+                if _text(consumer_id) not in ours:
+                    moved += await self.reap(_text(consumer_id), forget_if_silent=True)
             if len(dead) < BATCH:
                 return moved
 

@@ -191,7 +191,13 @@ class Server:
                 durable=self.durable,
             )
             self.reaper = Reaper(
-                self._redis, self.keys, self.registry, self.heartbeat_ttl, self.logger, self.settings
+                self._redis,
+                self.keys,
+                self.registry,
+                self.heartbeat_ttl,
+                self.logger,
+                self.settings,
+                alive=lambda: (self.consumer_id,),
             )
             scheduler = Scheduler(self._redis, self.keys, queues, self.logger)
             loops = [

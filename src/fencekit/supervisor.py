@@ -152,7 +152,13 @@ class Supervisor:
             self.redis, self.keys, settings.heartbeat_ttl, self.logger, self._beat_entries, self._beat_ok
         )
         self.reaper = Reaper(
-            self.redis, self.keys, registry, settings.heartbeat_ttl, self.logger, settings.settle
+            self.redis,
+            self.keys,
+            registry,
+            settings.heartbeat_ttl,
+            self.logger,
+            settings.settle,
+            alive=self._alive_ids,
         )
         self.scheduler = Scheduler(self.redis, self.keys, self.queues, self.logger)
         self.web_factory = web_factory
@@ -491,6 +497,10 @@ class Supervisor:
             for c in self.children
             if (c.alive or c.info.get("registering")) and not c.info.get("hung")
         }
+
+    def _alive_ids(self) -> set[str]:
+        """Consumers this supervisor knows are alive: its reaper leaves them alone."""
+        return {c.consumer_id for c in self.children if c.alive and not c.info.get("hung")}
 
     def _beat_ok(self, when: float) -> None:
         if self.board is not None:

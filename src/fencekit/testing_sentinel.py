@@ -72,6 +72,7 @@ class LocalSentinel:
         self.down_after_ms = down_after_ms
         self.failover_timeout_ms = failover_timeout_ms
         extra = dict(config or {})
+        extra.setdefault("repl-diskless-sync-delay", 0)  # replicas sync at once, not after 5 s
         master = RedisServer(
             self.directory / "node-0", host=host, binary=self.binary, appendonly=appendonly, config=extra
         )
