@@ -39,18 +39,6 @@ def master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     primary.cleanup()
 
 
-@pytest.fixture(scope="module")
-def loop() -> Iterator[asyncio.AbstractEventLoop]:
-    try:
-        import uvloop
-
-        event_loop = uvloop.new_event_loop()
-    except ImportError:  # pragma: no cover
-        event_loop = asyncio.new_event_loop()
-    yield event_loop
-    event_loop.close()
-
-
 @pytest.mark.parametrize("batch", [1, 1000])
 @pytest.mark.parametrize("replicas", [0, 1])
 def test_enqueue(

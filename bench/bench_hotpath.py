@@ -15,7 +15,6 @@ nothing about speed.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -30,24 +29,6 @@ TURNS = 200
 KS = (1, 16, 128)
 LINKS = ("lean", "redis-py")
 RESULTS: dict[tuple[str, int], float] = {}
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[RedisServer]:
-    with RedisServer() as srv:
-        yield srv
-
-
-@pytest.fixture(scope="module")
-def loop() -> Iterator[asyncio.AbstractEventLoop]:
-    try:
-        import uvloop
-
-        event_loop = uvloop.new_event_loop()
-    except ImportError:  # pragma: no cover
-        event_loop = asyncio.new_event_loop()
-    yield event_loop
-    event_loop.close()
 
 
 class Loop:

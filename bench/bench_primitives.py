@@ -39,24 +39,6 @@ TTL = timedelta(seconds=30)
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[RedisServer]:
-    with RedisServer() as srv:
-        yield srv
-
-
-@pytest.fixture(scope="module")
-def loop() -> Iterator[asyncio.AbstractEventLoop]:
-    try:
-        import uvloop
-
-        event_loop = uvloop.new_event_loop()
-    except ImportError:  # pragma: no cover
-        event_loop = asyncio.new_event_loop()
-    yield event_loop
-    event_loop.close()
-
-
-@pytest.fixture(scope="module")
 def sync_client(server: RedisServer) -> Iterator[redis.Redis]:
     client = server.client()
     yield client

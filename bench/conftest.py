@@ -1,10 +1,14 @@
-"""Collect ``bench_*.py`` as test modules, so ``pytest bench/ --benchmark-only`` runs them all."""
+"""Shared fixtures, and ``bench_*.py`` collected as tests (``pytest bench/ --benchmark-only``)."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from fencekit.testing import RedisServer
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Module | None:
@@ -13,3 +17,23 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Mod
     if file_path.suffix == ".py" and file_path.name.startswith("bench_"):
         return pytest.Module.from_parent(parent, path=file_path)
     return None
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[RedisServer]:
+    """A private Redis for one benchmark module."""
+    with RedisServer() as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    """One uvloop loop per module (asyncio's when uvloop is missing)."""
+    try:
+        import uvloop
+
+        event_loop = uvloop.new_event_loop()
+    except ImportError:  # pragma: no cover
+        event_loop = asyncio.new_event_loop()
+    yield event_loop
+    event_loop.close()
