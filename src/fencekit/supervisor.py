@@ -55,6 +55,7 @@ from fencekit.worker import WorkerRegistry
 QUICK_DEATH = 5.0  # a child dying sooner than this after its start counts toward back-off
 MAX_BACKOFF = 30.0
 HANG_CHECK = 0.5
+STOP_STEP = 5.0  # the most one step of returning tasks or shutting down may take
 
 
 @dataclass(slots=True)
@@ -242,20 +243,29 @@ class Supervisor:
         if waits:
             await asyncio.wait(waits, timeout=10.0)
         if self._pending:
-            await asyncio.gather(*self._pending, return_exceptions=True)
+            await self._bounded(
+                "returning the children's tasks", asyncio.gather(*self._pending, return_exceptions=True)
+            )
         if not first:
             return
         for task in self._loops:
             task.cancel()
-        await asyncio.gather(*self._loops, return_exceptions=True)
+        await self._bounded("stopping the shared loops", asyncio.gather(*self._loops, return_exceptions=True))
         if self.web is not None:
-            await self.web.stop()
-        await aclose_client(self.redis)
+            await self._bounded("stopping the web server", self.web.stop())
+        await self._bounded("closing the Redis connections", aclose_client(self.redis))
         if self.board is not None:
             self.board.close()
             self.board = None
         self.stopped.set()
         self.logger.info("pool stopped")
+
+    async def _bounded(self, what: str, awaitable: Any) -> None:
+        """A step of the shutdown, given at most :data:`STOP_STEP` seconds: a stop must end."""
+        try:
+            await asyncio.wait_for(awaitable, STOP_STEP)
+        except asyncio.TimeoutError:
+            self.logger.error("pool stop: %s took longer than %.0fs; going on without it", what, STOP_STEP)
 
     async def rolling_restart(self) -> None:
         """Replace the children one by one (SIGHUP); each returns its tasks on the way out."""
@@ -397,10 +407,13 @@ class Supervisor:
         try:
             # A crash is a failed attempt; a supervisor-ordered stop returns tasks as they were.
             crashed = not (self.stopping or child.info.get("replacing"))
-            await self.reaper.reap(
-                child.consumer_id, forget_if_silent=False, crashed=crashed, queues=self.queues
+            await asyncio.wait_for(
+                self.reaper.reap(
+                    child.consumer_id, forget_if_silent=False, crashed=crashed, queues=self.queues
+                ),
+                STOP_STEP,
             )
-        except StoreError as exc:
+        except (StoreError, asyncio.TimeoutError) as exc:
             self.logger.error(
                 "could not return the tasks of child %d now (peers' reapers will): %s", child.slot, exc
             )
