@@ -44,7 +44,7 @@ from fencekit.client import DeadLetter, Queue, QueueStats
 from fencekit.errors import ConfigError, StoreError
 from fencekit.histogram import DurationHistogram
 from fencekit.keys import DEFAULT_PREFIX, KeySpace, validate_queue
-from fencekit.store import RedisTarget, aclose_client, async_client, parse_url, translated
+from fencekit.store import RedisTarget, aclose_client, as_text, async_client, parse_url, translated
 
 __all__ = [
     "AdminSource",
@@ -61,10 +61,6 @@ DEFAULT_DEAD_LETTERS = 20
 
 ChildInfo = Mapping[str, Any]
 ChildrenSource = Callable[[], Iterable[ChildInfo] | Awaitable[Iterable[ChildInfo]]]
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else value
 
 
 #: Upper bounds (seconds) of the job-duration buckets: Prometheus's defaults
@@ -205,7 +201,7 @@ class AdminSource:
         if self.queues is not None:
             return list(self.queues)
         with translated():
-            return sorted(_text(q) for q in await self.redis.smembers(self.keys.queues))
+            return sorted(as_text(q) for q in await self.redis.smembers(self.keys.queues))
 
     async def snapshot(self) -> Snapshot:
         """Read everything the pages show; raises :class:`StoreError` (also on timeout)."""
@@ -256,12 +252,12 @@ class AdminSource:
             pipe.zrange(keys.beats, 0, -1, withscores=True)
             pipe.time()
             known_raw, consumers_raw, beats_raw, (now_s, now_us) = await pipe.execute()
-        known = {_text(q) for q in known_raw}
+        known = {as_text(q) for q in known_raw}
         shown = list(self.queues) if self.queues is not None else sorted(known)
         every = sorted(known | set(shown))
         now_ms = int(now_s) * 1000 + int(now_us) // 1000
-        beats = {_text(cid): float(score) for cid, score in beats_raw}
-        infos = {_text(cid): _info(raw) for cid, raw in consumers_raw.items()}
+        beats = {as_text(cid): float(score) for cid, score in beats_raw}
+        infos = {as_text(cid): _info(raw) for cid, raw in consumers_raw.items()}
         consumer_ids = sorted(set(infos) | set(beats))
 
         with translated():

@@ -155,7 +155,7 @@ async def _serve(config: ChildConfig, registry: WorkerRegistry, board: Board, lo
         registry=registry,
         consumer_id=config.consumer_id,
         concurrency=config.concurrency,
-        gate_client=redis,
+        redis_client=redis,
         logger=logger,
         settings=SettleSettings(config.fence_ttl_ms, config.keep_dead),
         link_kind=config.link,

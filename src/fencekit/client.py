@@ -28,7 +28,16 @@ from fencekit import codec, lua
 from fencekit.errors import ConfigError, DurabilityError, PayloadError
 from fencekit.keys import DEFAULT_PREFIX, KeySpace, validate_queue
 from fencekit.link import Link, open_link
-from fencekit.store import DEFAULT_URL, aclose_client, apipeline, arun, async_client, parse_url, translated
+from fencekit.store import (
+    DEFAULT_URL,
+    aclose_client,
+    apipeline,
+    arun,
+    as_text,
+    async_client,
+    parse_url,
+    translated,
+)
 from fencekit.task import Task
 
 
@@ -46,10 +55,6 @@ def default_logger(name: str) -> logging.Logger:
 
 def _int(value: Any) -> int:
     return int(value) if value is not None else 0
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +79,7 @@ class QueueStats:
 
     @classmethod
     def from_hash(cls, raw: dict[Any, Any]) -> QueueStats:
-        values = {_text(k): v for k, v in raw.items()}
+        values = {as_text(k): v for k, v in raw.items()}
         return cls(**{f.name: _int(values.get(f.name)) for f in fields(cls)})
 
     def __add__(self, other: QueueStats) -> QueueStats:
@@ -161,14 +166,14 @@ class Queue:
             consumers = await self._client.hkeys(self._keys.consumers)
             pipe = self._client.pipeline(transaction=False)
             for cid in consumers:
-                pipe.hlen(self._qk.inflight(_text(cid)))
+                pipe.hlen(self._qk.inflight(as_text(cid)))
             return sum(int(n) for n in await pipe.execute())
 
     async def dead_letters(self, limit: int = 50) -> list[DeadLetter]:
         """The newest dead letters first, with their reasons."""
         with translated():
             raw_ids = await self._client.zrevrange(self._qk.dead_index, 0, limit - 1)
-            ids = [_text(i) for i in cast("list[bytes | str]", raw_ids)]
+            ids = [as_text(i) for i in cast("list[bytes | str]", raw_ids)]
             if not ids:
                 return []
             values = await self._client.hmget(self._qk.dead, [x for i in ids for x in (i, f"{i}:why")])
@@ -337,7 +342,7 @@ class Client:
     async def queues(self) -> list[str]:
         """Every queue name ever used with this prefix."""
         with translated():
-            return sorted(_text(q) for q in await self.redis.smembers(self.keys.queues))
+            return sorted(as_text(q) for q in await self.redis.smembers(self.keys.queues))
 
     async def stats(self) -> QueueStats:
         """Counters summed over every queue."""

@@ -45,17 +45,13 @@ from fencekit.job import Job, job_resource, set_current
 from fencekit.keys import KeySpace, QueueKeys
 from fencekit.link import Link, open_link
 from fencekit.settle import SettleSettings
-from fencekit.store import RedisTarget
+from fencekit.store import RedisTarget, as_text
 from fencekit.tokens import FenceToken
 from fencekit.worker import RetryPolicy, WorkerRegistry
 
 IDLE_POLL = 1.0
 LEASE_RECHECK = 0.1
 MAX_CLAIM = 512
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 @dataclass(slots=True)
@@ -82,7 +78,7 @@ class Consumer:
         registry: WorkerRegistry,
         consumer_id: str,
         concurrency: int,
-        gate_client: redis.asyncio.Redis,
+        redis_client: redis.asyncio.Redis,
         logger: logging.Logger,
         queues: Sequence[str] | None = None,
         settings: SettleSettings | None = None,
@@ -107,7 +103,7 @@ class Consumer:
         self._on_turn = on_turn
         self.durable = durable
         self._fence_rules = FenceRules(keys.prefix, timedelta(milliseconds=self.settings.fence_ttl_ms))
-        self._client = Client(redis=gate_client, prefix=keys.prefix)
+        self._client = Client(redis=redis_client, prefix=keys.prefix)
         self._qkeys = {q: keys.queue(q) for q in self.queues}
         self._inflight = {q: k.inflight(consumer_id) for q, k in self._qkeys.items()}
         self._wake_keys = {k.wake: q for q, k in self._qkeys.items()}
@@ -295,7 +291,7 @@ class Consumer:
                         "task %s: ack of delivery %s on queue %s fenced out: the task was reaped or "
                         "returned while it ran, a newer delivery owns it",
                         self._jids.get((queue, int(token))),
-                        _text(token),
+                        as_text(token),
                         queue,
                     )
             want, acks = extra
@@ -475,7 +471,7 @@ class Consumer:
                 continue
             backoff.succeeded()
             if reply:
-                self._empty.discard(self._wake_keys[_text(reply[0])])
+                self._empty.discard(self._wake_keys[as_text(reply[0])])
             else:
                 self._empty.clear()  # safety poll
             self._event.set()

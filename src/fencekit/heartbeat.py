@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 import time
 from collections.abc import Callable, Mapping
@@ -84,8 +85,6 @@ class Heartbeat:
 
 def consumer_info(consumer_id: str, queues: list[str], concurrency: int, **extra: Any) -> dict[str, Any]:
     """The registry record of a consumer (host, pid, queues, start time …)."""
-    import os
-
     return {
         "id": consumer_id,
         "host": HOSTNAME,

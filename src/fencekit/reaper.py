@@ -30,14 +30,10 @@ from fencekit.backoff import Backoff
 from fencekit.errors import StoreError
 from fencekit.keys import KeySpace
 from fencekit.settle import SettleSettings
-from fencekit.store import apipeline, arun, translated
+from fencekit.store import apipeline, arun, as_text, translated
 from fencekit.worker import WorkerRegistry
 
 REAPS_PER_TTL = 3
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def _bytes(value: bytes | str) -> bytes:
@@ -95,8 +91,8 @@ class Reaper:
             )
             ours = self.alive()
             for consumer_id in dead:
-                if _text(consumer_id) not in ours:
-                    moved += await self.reap(_text(consumer_id), forget_if_silent=True)
+                if as_text(consumer_id) not in ours:
+                    moved += await self.reap(as_text(consumer_id), forget_if_silent=True)
             if len(dead) < BATCH:
                 return moved
 
@@ -151,7 +147,7 @@ class Reaper:
                 except (orjson.JSONDecodeError, AttributeError):
                     pass
             # No usable record: look in every queue ever used.
-            return sorted(_text(q) for q in await self.client.smembers(self.keys.queues))
+            return sorted(as_text(q) for q in await self.client.smembers(self.keys.queues))
 
     async def _reap_queue(self, consumer_id: str, queue: str, crashed: bool) -> int:
         qk = self.keys.queue(queue)

@@ -183,7 +183,7 @@ class Server:
                 registry=self.registry,
                 consumer_id=self.consumer_id,
                 concurrency=self.concurrency,
-                gate_client=self._redis,
+                redis_client=self._redis,
                 logger=self.logger,
                 settings=self.settings,
                 link_kind=self.link,

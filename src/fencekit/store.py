@@ -308,6 +308,11 @@ def with_db(target: RedisTarget, db: int) -> RedisTarget:
     return replace(target, db=db)
 
 
+def as_text(value: bytes | str) -> str:
+    """A reply as ``str``, whatever the client's ``decode_responses``."""
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
+
+
 # error translation --------------------------------------------------------------
 
 
