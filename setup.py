@@ -1,6 +1,6 @@
-"""Build script: compiles every Cython module under ``ext/`` into ``fencekit``.
+"""Build script: compiles every Cython module under ``ext/`` into ``fencekit._redis``.
 
-Each ``ext/<name>.pyx`` becomes the extension ``fencekit.<name>``. The package
+Each ``ext/<name>.pyx`` becomes the extension ``fencekit._redis.<name>``. The package
 works without them (pure-Python fallbacks with byte-identical behaviour), so a
 machine without a compiler or Cython gets a warning and a working install.
 
@@ -44,7 +44,7 @@ def _extensions() -> list[Extension]:
         return []
     modules = [
         Extension(
-            f"fencekit.{src.stem}",
+            f"fencekit._redis.{src.stem}",
             [str(src.relative_to(HERE))],
             extra_compile_args=["-O3"],
         )

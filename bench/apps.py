@@ -14,7 +14,7 @@ import asyncio
 import time
 from typing import Any
 
-from fencekit.job import current_job
+from fencekit.queue.job import current_job
 
 QUEUE = "bench"
 MANY = [f"q{i:03d}" for i in range(100)]

@@ -2,8 +2,8 @@
 
 One "turn" is what a consumer does per round trip: acknowledge the K tasks of
 the previous turn and claim K more, in one ``ack_claim.lua`` call. The same
-script, keys and arguments run over :class:`fencekit.lean.LeanConnection`
-(Cython RESP encoder + hiredis parser) and over :class:`fencekit.link.RedisPyLink`
+script, keys and arguments run over :class:`fencekit._redis.hotpath.LeanConnection`
+(Cython RESP encoder + hiredis parser) and over :class:`fencekit._redis.link.RedisPyLink`
 (redis-py's asyncio client), on uvloop, against a private Redis. The figure
 to read is the time per task (``ops`` x K per second); the ratio table at the
 end compares the two links per K. No thresholds: this measures, it asserts
@@ -19,10 +19,11 @@ from typing import Any
 
 import pytest
 
-from fencekit import codec, lua
-from fencekit.keys import KeySpace
-from fencekit.link import Link, open_link
-from fencekit.store import parse_url
+from fencekit._redis import scripts
+from fencekit._redis.keys import KeySpace
+from fencekit._redis.link import Link, open_link
+from fencekit._redis.store import parse_url
+from fencekit.queue import codec
 from fencekit.testing import RedisServer
 
 TURNS = 200
@@ -46,7 +47,7 @@ class Loop:
         claimed = 0
         for _ in range(n):
             reply = await self.link.call(
-                lua.ack_claim(
+                scripts.ack_claim(
                     pending=self.qk.pending,
                     inflight=self.inflight,
                     token=self.qk.token,

@@ -1,4 +1,4 @@
-"""RESP encoder micro-benchmarks: compiled ``fencekit._resp`` vs pure ``fencekit._resp_py``.
+"""RESP encoder micro-benchmarks: compiled ``fencekit._redis._resp`` vs pure ``fencekit._redis._resp_py``.
 
 Run::
 
@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from fencekit import _resp_py
+from fencekit._redis import _resp_py
 
 SHA = "e0e1f9fabfc9d4800c877a703b823ac0578ff831"
 KEYS = (
@@ -38,7 +38,7 @@ _means: dict[str, dict[str, float]] = {}
 def _implementations() -> dict[str, ModuleType]:
     found = {"python": _resp_py}
     try:
-        found["compiled"] = importlib.import_module("fencekit._resp")
+        found["compiled"] = importlib.import_module("fencekit._redis._resp")
     except ImportError:
         pass
     return found

@@ -14,8 +14,8 @@ import redis.asyncio as aredis
 from bench import apps
 from bench.common import PY, children_of, percentile, rss_kib, spawn, stop, wait_processed
 from fencekit import Client, Task
-from fencekit.heartbeat import Heartbeat, consumer_info
-from fencekit.keys import KeySpace
+from fencekit._redis.keys import KeySpace
+from fencekit.queue.heartbeat import Heartbeat, consumer_info
 
 KEYS = KeySpace("fencekit")
 LOG = logging.getLogger("bench")

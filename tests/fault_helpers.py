@@ -25,14 +25,14 @@ from pathlib import Path
 from typing import Any
 
 from fencekit import Client, StoreError, Task
-from fencekit.ids import uuid7
+from fencekit.queue.ids import uuid7
 from fencekit.testing import free_port, wait_until
 
 POOL_APP = textwrap.dedent(
     """
     import asyncio, os
     from fencekit import current_job
-    from fencekit.store import async_client
+    from fencekit._redis.store import async_client
 
     URL = os.environ["TEST_REDIS_URL"]
     RUNS = os.environ["TEST_RUNS_DIR"]

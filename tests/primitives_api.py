@@ -18,11 +18,11 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from fencekit.fence import AsyncFenceGate, FenceGate
-from fencekit.idempotency import AsyncIdempotencyGuard, IdempotencyGuard
-from fencekit.lock import AsyncDistributedLock, DistributedLock
+from fencekit.primitives.fence import AsyncFenceGate, FenceGate
+from fencekit.primitives.idempotency import AsyncIdempotencyGuard, IdempotencyGuard
+from fencekit.primitives.lock import AsyncDistributedLock, DistributedLock
+from fencekit.primitives.tokens import LockHandle
 from fencekit.testing import wait_until
-from fencekit.tokens import LockHandle
 
 
 class Api:

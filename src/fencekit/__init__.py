@@ -6,8 +6,6 @@ The job queue: :class:`Client`, :class:`Task`, :class:`Server`, :class:`Queue`,
 :func:`current_job`.
 """
 
-from fencekit.canonical import canonicalize, dumps_json, idempotency_key, loads_json
-from fencekit.client import Client, DeadLetter, Queue, QueueStats, ScheduledTask
 from fencekit.errors import (
     CanonicalizeError,
     ConfigError,
@@ -23,14 +21,16 @@ from fencekit.errors import (
     StoreError,
     TokenExpiredError,
 )
-from fencekit.fence import AsyncFenceGate, FenceGate
-from fencekit.idempotency import AsyncIdempotencyGuard, IdempotencyGuard
-from fencekit.job import Job, current_job
-from fencekit.lock import AsyncDistributedLock, DistributedLock
-from fencekit.server import Server
-from fencekit.task import Task
-from fencekit.tokens import BeginOutcome, FenceToken, LockHandle
-from fencekit.worker import Performable, RetryPolicy, Worker
+from fencekit.primitives.canonical import canonicalize, dumps_json, idempotency_key, loads_json
+from fencekit.primitives.fence import AsyncFenceGate, FenceGate
+from fencekit.primitives.idempotency import AsyncIdempotencyGuard, IdempotencyGuard
+from fencekit.primitives.lock import AsyncDistributedLock, DistributedLock
+from fencekit.primitives.tokens import BeginOutcome, FenceToken, LockHandle
+from fencekit.queue.client import Client, DeadLetter, Queue, QueueStats, ScheduledTask
+from fencekit.queue.job import Job, current_job
+from fencekit.queue.task import Task
+from fencekit.queue.worker import Performable, RetryPolicy, Worker
+from fencekit.runtime.server import Server
 
 __version__ = "0.2.0.dev0"
 

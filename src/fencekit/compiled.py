@@ -2,18 +2,18 @@
 
 For a start-up log line (``log.info("fencekit %s", compiled.describe())``) and
 for ``/metrics``-style introspection. Importing this module decides nothing on
-its own; it reports the choice :mod:`fencekit.resp` made at import time.
+its own; it reports the choice :mod:`fencekit._redis.resp` made at import time.
 """
 
 from __future__ import annotations
 
 from importlib import metadata
 
-from fencekit import resp
+from fencekit._redis import resp
 
 __all__ = ["ACCELERATED", "RESP_IMPLEMENTATION", "describe"]
 
-#: ``"compiled"`` (``fencekit._resp``) or ``"python"`` (``fencekit._resp_py``).
+#: ``"compiled"`` (``fencekit._redis._resp``) or ``"python"`` (``fencekit._redis._resp_py``).
 RESP_IMPLEMENTATION: str = resp.IMPLEMENTATION
 
 #: True when the request encoder is the compiled extension.

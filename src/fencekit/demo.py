@@ -17,10 +17,10 @@ import asyncio
 import random
 from typing import Any
 
-from fencekit.appload import App
-from fencekit.client import Client
-from fencekit.job import current_job
-from fencekit.task import Task
+from fencekit.queue.client import Client
+from fencekit.queue.job import current_job
+from fencekit.queue.task import Task
+from fencekit.runtime.app import App
 
 QUEUE = "demo"
 BATCH = 20

@@ -24,11 +24,11 @@ from typing import Any
 
 import pytest
 
-from fencekit.admin import AdminSource
-from fencekit.client import Client
-from fencekit.server import Server
-from fencekit.task import Task
+from fencekit.queue.client import Client
+from fencekit.queue.task import Task
+from fencekit.runtime.server import Server
 from fencekit.web import WebServer, create_app
+from fencekit.web.source import AdminSource
 
 HOSTILE = "<img/src=x/onerror=alert(1)>"
 HOSTILE_OP = "<script>alert(2)</script>"

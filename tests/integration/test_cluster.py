@@ -1,6 +1,6 @@
 """Every primitive's scripts on a real 3-master Redis Cluster (DESIGN I5).
 
-The cluster is started by the test (``fencekit.testing_cluster.LocalCluster``)
+The cluster is started by the test (``fencekit.testing.cluster.LocalCluster``)
 on free loopback ports and stopped at the end. Each script call made through
 ``redis.RedisCluster`` is recorded, and the test checks that all of its keys
 map to one hash slot (as computed by the servers themselves) and that every
@@ -20,15 +20,15 @@ import redis
 import redis.asyncio
 from redis.crc import key_slot
 
-from fencekit import store
-from fencekit.canonical import idempotency_key
+from fencekit._redis import store
+from fencekit._redis.scripts import Call
 from fencekit.errors import FencedOutError, IdempotencyNotOwned, LockNotOwned
-from fencekit.fence import AsyncFenceGate, FenceGate
-from fencekit.idempotency import AsyncIdempotencyGuard, IdempotencyGuard
-from fencekit.lock import AsyncDistributedLock, DistributedLock
-from fencekit.lua import Call
-from fencekit.testing_cluster import LocalCluster
-from fencekit.tokens import BeginOutcome, FenceToken
+from fencekit.primitives.canonical import idempotency_key
+from fencekit.primitives.fence import AsyncFenceGate, FenceGate
+from fencekit.primitives.idempotency import AsyncIdempotencyGuard, IdempotencyGuard
+from fencekit.primitives.lock import AsyncDistributedLock, DistributedLock
+from fencekit.primitives.tokens import BeginOutcome, FenceToken
+from fencekit.testing.cluster import LocalCluster
 
 PRIMITIVE_SCRIPTS = {
     "lock_acquire",

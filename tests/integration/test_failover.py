@@ -1,6 +1,6 @@
 """Sentinel failover under load, on real processes (issue 6, item 1 and 2).
 
-A master, a replica and three sentinels (:class:`fencekit.testing_sentinel.LocalSentinel`)
+A master, a replica and three sentinels (:class:`fencekit.testing.sentinel.LocalSentinel`)
 on loopback; ``python -m fencekit.pool`` on the ``redis+sentinel://`` URL; a producer
 enqueuing steadily from the test. The master goes away twice over: by
 ``SENTINEL FAILOVER`` and by SIGKILL. Every task writes its run to a file (a
@@ -32,7 +32,7 @@ from tests.fault_helpers import (
 
 from fencekit import Client, StoreError, Task
 from fencekit.testing import RedisServer, wait_until
-from fencekit.testing_sentinel import LocalSentinel
+from fencekit.testing.sentinel import LocalSentinel
 
 pytestmark = pytest.mark.slow
 
@@ -48,7 +48,7 @@ def cluster(tmp_path: Path, server_binary: str) -> Iterator[LocalSentinel]:
 def durable_supported() -> bool:
     import inspect
 
-    from fencekit import client
+    from fencekit.queue import client
 
     return "durable_replicas" in inspect.signature(client.Client.__init__).parameters
 

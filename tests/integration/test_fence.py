@@ -16,8 +16,8 @@ import redis.asyncio
 from tests.primitives_api import Api, expired
 
 from fencekit.errors import ConfigError, FencedOutError, LockNotOwned, StoreError
+from fencekit.primitives.tokens import FenceToken
 from fencekit.testing import RedisServer
-from fencekit.tokens import FenceToken
 
 TTL = timedelta(seconds=30)
 SHORT = timedelta(milliseconds=200)

@@ -21,7 +21,6 @@ import redis
 import redis.asyncio
 from tests.primitives_api import Api, expired
 
-from fencekit.canonical import idempotency_key
 from fencekit.errors import (
     CanonicalizeError,
     ConfigError,
@@ -31,10 +30,11 @@ from fencekit.errors import (
     LockNotAcquired,
     StoreError,
 )
-from fencekit.idempotency import AsyncIdempotencyGuard, IdempotencyGuard
-from fencekit.lock import AsyncDistributedLock, DistributedLock
+from fencekit.primitives.canonical import idempotency_key
+from fencekit.primitives.idempotency import AsyncIdempotencyGuard, IdempotencyGuard
+from fencekit.primitives.lock import AsyncDistributedLock, DistributedLock
+from fencekit.primitives.tokens import BeginOutcome
 from fencekit.testing import RedisServer
-from fencekit.tokens import BeginOutcome
 
 DAY = timedelta(hours=24)
 KEY = "analysis:3e292d69dea31502d95dc56e0d86f198d7f7f2b2485aac670d2190f4d8d2a14f"

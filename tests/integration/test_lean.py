@@ -21,11 +21,11 @@ import redis
 import redis.asyncio
 import uvloop
 
-from fencekit import lean
+from fencekit._redis import hotpath
+from fencekit._redis.hotpath import LeanConnection
+from fencekit._redis.scripts import Call, Script
+from fencekit._redis.store import parse_url
 from fencekit.errors import ConfigError, EncodeError, FencedOutError, LockNotOwned, StoreError
-from fencekit.lean import LeanConnection
-from fencekit.lua import Call, Script
-from fencekit.store import parse_url
 from fencekit.testing import RedisServer
 
 T = TypeVar("T")
@@ -327,7 +327,7 @@ def test_sentinel_targets_are_checked_to_be_the_master(
             async def resolve(_target: object) -> tuple[str, int]:
                 return address
 
-            monkeypatch.setattr(lean, "resolve_address", resolve)
+            monkeypatch.setattr(hotpath, "resolve_address", resolve)
 
         async def scenario() -> None:
             await pretend_sentinel_says((master.host, master.port))
@@ -342,19 +342,19 @@ def test_sentinel_targets_are_checked_to_be_the_master(
 
 
 def test_ssl_contexts_follow_the_url_options(tmp_path: Path) -> None:
-    strict = lean._ssl_context(parse_url("rediss://redis.example:6380/0"))
+    strict = hotpath._ssl_context(parse_url("rediss://redis.example:6380/0"))
     assert strict.verify_mode == ssl.CERT_REQUIRED
     assert strict.check_hostname
-    relaxed = lean._ssl_context(parse_url("rediss://h/0?ssl_cert_reqs=optional&ssl_check_hostname=false"))
+    relaxed = hotpath._ssl_context(parse_url("rediss://h/0?ssl_cert_reqs=optional&ssl_check_hostname=false"))
     assert relaxed.verify_mode == ssl.CERT_OPTIONAL
     assert not relaxed.check_hostname
-    off = lean._ssl_context(parse_url("rediss://h/0?ssl_cert_reqs=none"))
+    off = hotpath._ssl_context(parse_url("rediss://h/0?ssl_cert_reqs=none"))
     assert off.verify_mode == ssl.CERT_NONE
     assert not off.check_hostname
     with pytest.raises(ConfigError, match="ssl_cert_reqs"):
-        lean._ssl_context(parse_url("rediss://h/0?ssl_cert_reqs=sometimes"))
+        hotpath._ssl_context(parse_url("rediss://h/0?ssl_cert_reqs=sometimes"))
     with pytest.raises(ConfigError, match="cannot load TLS certificates"):
-        lean._ssl_context(parse_url(f"rediss://h/0?ssl_ca_certs={tmp_path}/missing.pem"))
+        hotpath._ssl_context(parse_url(f"rediss://h/0?ssl_ca_certs={tmp_path}/missing.pem"))
 
 
 # -- timeouts and failures (DESIGN I4) ----------------------------------------

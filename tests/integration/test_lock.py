@@ -20,9 +20,9 @@ import redis.asyncio
 from tests.primitives_api import Api, expired
 
 from fencekit.errors import ConfigError, LockNotAcquired, LockNotOwned, StoreError
-from fencekit.lock import AsyncDistributedLock, DistributedLock
+from fencekit.primitives.lock import AsyncDistributedLock, DistributedLock
+from fencekit.primitives.tokens import FenceToken, LockHandle
 from fencekit.testing import RedisServer
-from fencekit.tokens import FenceToken, LockHandle
 
 TTL = timedelta(seconds=30)
 SHORT = timedelta(milliseconds=200)

@@ -15,8 +15,8 @@ import pytest
 import redis
 
 from fencekit import Client, ConfigError, Task
-from fencekit.embedded import default_redis
 from fencekit.pool import Pool
+from fencekit.pool.embedded import default_redis
 from fencekit.testing import RedisServer, free_port, wait_until
 
 APP = textwrap.dedent(
@@ -63,7 +63,7 @@ async def test_an_async_host_runs_the_pool_with_exec_children_and_keeps_its_sign
             pids = [c["pid"] for c in pool.children()]
             for pid in pids:
                 cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-                assert b"fencekit.child" in cmdline  # exec'd, not forked
+                assert b"fencekit.pool.exec_child" in cmdline  # exec'd, not forked
             async with Client(url) as client:
                 await client.enqueue_many(Task("embed", "echo", {"n": i}) for i in range(200))
             srv = private_redis.client()

@@ -1,5 +1,5 @@
 """Fenced settlement and the store's contract, driven through the Lua scripts
-themselves (``fencekit.lua`` builders + ``store.arun``): I3 (stale deliveries change
+themselves (``fencekit._redis.scripts`` builders + ``store.arun``): I3 (stale deliveries change
 nothing), I4 (nothing is re-sent), I5 (scripts run on Redis Cluster), I7 (bad input
 is dead-lettered with its reason), and the reaper's forget rule."""
 
@@ -28,16 +28,18 @@ from tests.queue_helpers import (
     stats,
 )
 
-from fencekit import Client, FencedOutError, StoreError, Task, lua, settle
-from fencekit.fence import AsyncFenceGate
-from fencekit.job import job_resource
-from fencekit.keys import KeySpace
-from fencekit.link import open_link
-from fencekit.reaper import Reaper
-from fencekit.settle import SettleSettings
-from fencekit.store import arun, async_client, parse_url, run, sync_client
-from fencekit.tokens import FenceToken
-from fencekit.worker import WorkerRegistry
+from fencekit import Client, FencedOutError, StoreError, Task
+from fencekit._redis import scripts
+from fencekit._redis.keys import KeySpace
+from fencekit._redis.link import open_link
+from fencekit._redis.store import arun, async_client, parse_url, run, sync_client
+from fencekit.primitives.fence import AsyncFenceGate
+from fencekit.primitives.tokens import FenceToken
+from fencekit.queue import settle
+from fencekit.queue.job import job_resource
+from fencekit.queue.reaper import Reaper
+from fencekit.queue.settle import SettleSettings
+from fencekit.queue.worker import WorkerRegistry
 
 KEYS = KeySpace()
 SETTINGS = SettleSettings()
@@ -61,7 +63,7 @@ async def claim(ar: Any, queue: str, consumer: str, want: int = 1, acks: tuple[i
     qk = KEYS.queue(queue)
     return await arun(
         ar,
-        lua.ack_claim(
+        scripts.ack_claim(
             pending=qk.pending,
             inflight=qk.inflight(consumer),
             token=qk.token,
@@ -170,7 +172,7 @@ async def test_i2_tokens_keep_growing_when_the_token_counter_is_lost(redis_url: 
 
 # -- I4: a timed-out script ran once ------------------------------------------------------
 
-SLOW_SCRIPT = lua.Script(
+SLOW_SCRIPT = scripts.Script(
     "slow_incr",
     """
 redis.call('INCR', KEYS[1])
@@ -184,13 +186,13 @@ return 1
 """,
     "",
 )
-SLOW_SCRIPT = lua.Script(
+SLOW_SCRIPT = scripts.Script(
     SLOW_SCRIPT.name, SLOW_SCRIPT.source, hashlib.sha1(SLOW_SCRIPT.source.encode()).hexdigest()
 )
 
 
-def slow_call(key: str, ms: int = 700) -> lua.Call:
-    return lua.Call(SLOW_SCRIPT, (key,), (ms,))
+def slow_call(key: str, ms: int = 700) -> scripts.Call:
+    return scripts.Call(SLOW_SCRIPT, (key,), (ms,))
 
 
 def _not_busy(r: Any) -> bool:
@@ -257,7 +259,7 @@ async def test_i4_a_timed_out_pipeline_on_the_lean_link_ran_each_script_once(red
 
 @pytest.mark.slow
 def test_i5_every_queue_script_runs_on_redis_cluster(tmp_path: Any, server_binary: str) -> None:
-    from fencekit.testing_cluster import LocalCluster
+    from fencekit.testing.cluster import LocalCluster
 
     with LocalCluster(tmp_path / "cluster", binary=server_binary) as cluster:
         client = cluster.client()
@@ -271,7 +273,7 @@ def test_i5_every_queue_script_runs_on_redis_cluster(tmp_path: Any, server_binar
                 assert (
                     run(
                         client,
-                        lua.enqueue(
+                        scripts.enqueue(
                             pending=qk.pending,
                             scheduled=qk.scheduled,
                             stats=qk.stats,
@@ -285,7 +287,7 @@ def test_i5_every_queue_script_runs_on_redis_cluster(tmp_path: Any, server_binar
                 assert (
                     run(
                         client,
-                        lua.enqueue(
+                        scripts.enqueue(
                             pending=qk.pending,
                             scheduled=qk.scheduled,
                             stats=qk.stats,
@@ -300,13 +302,13 @@ def test_i5_every_queue_script_runs_on_redis_cluster(tmp_path: Any, server_binar
                 assert (
                     run(
                         client,
-                        lua.schedule(scheduled=qk.scheduled, pending=qk.pending, wake=qk.wake, limit=10),
+                        scripts.schedule(scheduled=qk.scheduled, pending=qk.pending, wake=qk.wake, limit=10),
                     )
                     == 1
                 )
                 reply = run(
                     client,
-                    lua.ack_claim(
+                    scripts.ack_claim(
                         pending=qk.pending,
                         inflight=qk.inflight("c1"),
                         token=qk.token,
@@ -324,7 +326,7 @@ def test_i5_every_queue_script_runs_on_redis_cluster(tmp_path: Any, server_binar
                 (t_retry, raw_retry), (t_crash, raw_crash) = tokens.values()
                 run(
                     client,
-                    lua.ack_claim(
+                    scripts.ack_claim(
                         pending=qk.pending,
                         inflight=qk.inflight("c1"),
                         token=qk.token,
@@ -348,7 +350,7 @@ def test_i5_every_queue_script_runs_on_redis_cluster(tmp_path: Any, server_binar
                 assert run(client, verdict.call) == 1
                 reply = run(
                     client,
-                    lua.ack_claim(
+                    scripts.ack_claim(
                         pending=qk.pending,
                         inflight=qk.inflight("c1"),
                         token=qk.token,
@@ -377,7 +379,7 @@ def test_i5_every_queue_script_runs_on_redis_cluster(tmp_path: Any, server_binar
                 assert (
                     run(
                         client,
-                        lua.dead_revive(
+                        scripts.dead_revive(
                             dead=qk.dead,
                             dead_index=qk.dead_index,
                             pending=qk.pending,
@@ -389,11 +391,11 @@ def test_i5_every_queue_script_runs_on_redis_cluster(tmp_path: Any, server_binar
                     )
                     == 1
                 )
-                assert run(client, lua.purge(pending=qk.pending, stats=qk.stats)) == 1
+                assert run(client, scripts.purge(pending=qk.pending, stats=qk.stats)) == 1
                 with pytest.raises(FencedOutError):
                     run(
                         client,
-                        lua.fence_set(
+                        scripts.fence_set(
                             fence=KEYS.fence(job_resource(queue, "j")),
                             target=f"{{{queue}}}:out",
                             token=1,
@@ -409,14 +411,16 @@ def test_i5_every_queue_script_runs_on_redis_cluster(tmp_path: Any, server_binar
             assert len(slots) > 1  # the queues really live on different slots
             assert (
                 run(
-                    client, lua.heartbeat(consumers=KEYS.consumers, beats=KEYS.beats, entries=[("c1", b"{}")])
+                    client,
+                    scripts.heartbeat(consumers=KEYS.consumers, beats=KEYS.beats, entries=[("c1", b"{}")]),
                 )
                 > 0
             )
-            assert run(client, lua.expired(beats=KEYS.beats, ttl_ms=60_000, limit=10)) == []
+            assert run(client, scripts.expired(beats=KEYS.beats, ttl_ms=60_000, limit=10)) == []
             assert (
                 run(
-                    client, lua.forget(consumers=KEYS.consumers, beats=KEYS.beats, consumer_id="c1", ttl_ms=0)
+                    client,
+                    scripts.forget(consumers=KEYS.consumers, beats=KEYS.beats, consumer_id="c1", ttl_ms=0),
                 )
                 == 1
             )
@@ -515,7 +519,7 @@ async def test_the_reaper_keeps_a_consumer_whose_beat_came_back_and_forgets_a_si
         await claim(ar, "reap", cid)
         await arun(
             ar,
-            lua.heartbeat(
+            scripts.heartbeat(
                 consumers=KEYS.consumers,
                 beats=KEYS.beats,
                 entries=[(cid, orjson.dumps({"queues": ["reap"]}))],

@@ -24,7 +24,7 @@ from tests.queue_helpers import (
 )
 
 from fencekit import Client, Task, current_job
-from fencekit.store import async_client, sync_client
+from fencekit._redis.store import async_client, sync_client
 from fencekit.testing import RedisServer
 
 
@@ -166,16 +166,17 @@ def test_hiredis_is_in_use_by_redis_py() -> None:
 
 
 def test_the_lean_link_reports_the_compiled_encoder_and_hiredis() -> None:
-    from fencekit import compiled, lean
+    from fencekit import compiled
+    from fencekit._redis import hotpath
 
     info = compiled.describe()
     assert info["reply_parser"].startswith("hiredis ")
-    assert lean.hiredis.__name__ == "hiredis"
+    assert hotpath.hiredis.__name__ == "hiredis"
     if os.environ.get("FENCEKIT_NO_EXT", "") not in ("", "0"):
         assert info["resp_encoder"].startswith("python")
         return
     assert info["resp_encoder"] == "compiled", info  # fail, don't skip: the extension must be built
     assert compiled.ACCELERATED
-    from fencekit import _resp, resp
+    from fencekit._redis import _resp, resp
 
     assert resp.pack_evalsha is _resp.pack_evalsha

@@ -2,7 +2,7 @@
 
 Everything runs against private servers: one with ``requirepass``, one with an
 ACL user restricted to ``~fencekit:*``, and a TLS-only server whose CA and
-certificate the test generates (:mod:`fencekit.testing_tls`).
+certificate the test generates (:mod:`fencekit.testing.tls`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from tests.queue_helpers import eventually, messages, new_server, running, stats
 import fencekit
 from fencekit import Client, DistributedLock, FenceGate, IdempotencyGuard, StoreError, Task, idempotency_key
 from fencekit.testing import RedisServer, find_server_binary, wait_until
-from fencekit.testing_tls import TLSRedisServer
+from fencekit.testing.tls import TLSRedisServer
 
 PASSWORD = "pw-Zq8v3-never-log-me"
 ACL_USER = "fkapp"

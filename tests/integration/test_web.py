@@ -23,14 +23,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
-from fencekit.admin import AdminSource, DurationHistogram
-from fencekit.client import Client
-from fencekit.keys import KeySpace
-from fencekit.server import Server
-from fencekit.store import async_client, parse_url
-from fencekit.task import Task
+from fencekit._redis.keys import KeySpace
+from fencekit._redis.store import async_client, parse_url
+from fencekit.queue.client import Client
+from fencekit.queue.task import Task
+from fencekit.runtime.server import Server
 from fencekit.testing import RedisServer
 from fencekit.web import WebServer, create_app, web_for_server
+from fencekit.web.source import AdminSource, DurationHistogram
 
 HOSTILE = "<img/src=x/onerror=alert(1)>"
 HOSTILE_OP = "<script>alert(2)</script>"

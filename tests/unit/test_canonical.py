@@ -17,8 +17,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fencekit.canonical import canonicalize, dumps_json, idempotency_key, loads_json
 from fencekit.errors import CanonicalizeError
+from fencekit.primitives.canonical import canonicalize, dumps_json, idempotency_key, loads_json
 
 # Golden vectors: canonical JSON and keys computed with the published fencekit
 # 0.6.1 wheel (PYTHONPATH=<unpacked wheel> python -c "from fencekit import

@@ -14,12 +14,13 @@ from typing import Any
 import orjson
 import pytest
 
-from fencekit import ConfigError, PayloadError, RetryPolicy, Server, Task, lua
-from fencekit.codec import decode, encode
-from fencekit.job import job_resource
-from fencekit.keys import KeySpace
-from fencekit.store import parse_url
-from fencekit.worker import WorkerRegistry, inspect_worker
+from fencekit import ConfigError, PayloadError, RetryPolicy, Server, Task
+from fencekit._redis import scripts
+from fencekit._redis.keys import KeySpace
+from fencekit._redis.store import parse_url
+from fencekit.queue.codec import decode, encode
+from fencekit.queue.job import job_resource
+from fencekit.queue.worker import WorkerRegistry, inspect_worker
 
 # -- codec --------------------------------------------------------------------------------
 
@@ -375,7 +376,7 @@ def test_building_clients_emits_no_deprecation_warning() -> None:
     import warnings
 
     from fencekit import Client
-    from fencekit.store import async_client, sync_client
+    from fencekit._redis.store import async_client, sync_client
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -427,12 +428,12 @@ def hash_tag(key: str) -> str:
     return key
 
 
-def every_call(keys: KeySpace, queue: str) -> dict[str, lua.Call]:
+def every_call(keys: KeySpace, queue: str) -> dict[str, scripts.Call]:
     qk = keys.queue(queue)
     inflight = qk.inflight("host:1:server:abc")
     job_fence = keys.fence(job_resource(queue, "jid-1"))
     return {
-        "enqueue": lua.enqueue(
+        "enqueue": scripts.enqueue(
             pending=qk.pending,
             scheduled=qk.scheduled,
             stats=qk.stats,
@@ -440,7 +441,7 @@ def every_call(keys: KeySpace, queue: str) -> dict[str, lua.Call]:
             delay_ms=0,
             envelopes=[b"{}"],
         ),
-        "ack_claim": lua.ack_claim(
+        "ack_claim": scripts.ack_claim(
             pending=qk.pending,
             inflight=inflight,
             token=qk.token,
@@ -449,10 +450,10 @@ def every_call(keys: KeySpace, queue: str) -> dict[str, lua.Call]:
             want=1,
             acks=[1],
         ),
-        "retry": lua.retry(
+        "retry": scripts.retry(
             inflight=inflight, scheduled=qk.scheduled, stats=qk.stats, token=1, delay_ms=1, envelope=b"{}"
         ),
-        "requeue": lua.requeue(
+        "requeue": scripts.requeue(
             inflight=inflight,
             pending=qk.pending,
             stats=qk.stats,
@@ -463,7 +464,7 @@ def every_call(keys: KeySpace, queue: str) -> dict[str, lua.Call]:
             counter="",
             fence_ttl_ms=1000,
         ),
-        "fail": lua.fail(
+        "fail": scripts.fail(
             inflight=inflight,
             stats=qk.stats,
             dead=qk.dead,
@@ -475,9 +476,9 @@ def every_call(keys: KeySpace, queue: str) -> dict[str, lua.Call]:
             keep_dead=10,
             fence_ttl_ms=1000,
         ),
-        "schedule": lua.schedule(scheduled=qk.scheduled, pending=qk.pending, wake=qk.wake, limit=10),
-        "purge": lua.purge(pending=qk.pending, stats=qk.stats),
-        "dead_revive": lua.dead_revive(
+        "schedule": scripts.schedule(scheduled=qk.scheduled, pending=qk.pending, wake=qk.wake, limit=10),
+        "purge": scripts.purge(pending=qk.pending, stats=qk.stats),
+        "dead_revive": scripts.dead_revive(
             dead=qk.dead,
             dead_index=qk.dead_index,
             pending=qk.pending,
@@ -486,10 +487,10 @@ def every_call(keys: KeySpace, queue: str) -> dict[str, lua.Call]:
             dead_id="d",
             envelope=b"",
         ),
-        "heartbeat": lua.heartbeat(consumers=keys.consumers, beats=keys.beats, entries=[("c", b"{}")]),
-        "expired": lua.expired(beats=keys.beats, ttl_ms=1000, limit=10),
-        "forget": lua.forget(consumers=keys.consumers, beats=keys.beats, consumer_id="c", ttl_ms=0),
-        "fence_set": lua.fence_set(
+        "heartbeat": scripts.heartbeat(consumers=keys.consumers, beats=keys.beats, entries=[("c", b"{}")]),
+        "expired": scripts.expired(beats=keys.beats, ttl_ms=1000, limit=10),
+        "forget": scripts.forget(consumers=keys.consumers, beats=keys.beats, consumer_id="c", ttl_ms=0),
+        "fence_set": scripts.fence_set(
             fence=job_fence, target=f"{{{queue}}}:result", token=1, value="v", fence_ttl_ms=0
         ),
     }
@@ -501,7 +502,7 @@ def is_primitive(name: str) -> bool:
 
 
 def test_every_queue_script_has_a_builder_checked_here() -> None:
-    queue_scripts = [n for n in lua.script_names() if not is_primitive(n)]
+    queue_scripts = [n for n in scripts.script_names() if not is_primitive(n)]
     assert sorted(every_call(KeySpace(), "q")) == queue_scripts
 
 
@@ -534,7 +535,7 @@ def test_every_queue_builder_in_fencekit_lua_is_covered() -> None:
     helpers = {"call", "load", "script_names", "_read", "_expand", "dataclass"}
     builders = {
         name
-        for name, fn in inspect.getmembers(lua, inspect.isfunction)
-        if fn.__module__ == "fencekit.lua" and name not in helpers and not name.startswith("_")
+        for name, fn in inspect.getmembers(scripts, inspect.isfunction)
+        if fn.__module__ == "fencekit._redis.scripts" and name not in helpers and not name.startswith("_")
     }
     assert {b for b in builders if not is_primitive(b)} == set(every_call(KeySpace(), "q"))

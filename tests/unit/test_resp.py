@@ -26,7 +26,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fencekit import _resp_py, compiled, resp
+from fencekit import compiled
+from fencekit._redis import _resp_py, resp
 from fencekit.errors import EncodeError
 
 NO_EXT = os.environ.get("FENCEKIT_NO_EXT", "") not in ("", "0")
@@ -38,10 +39,10 @@ def load_implementation(name: str) -> ModuleType:
     if name == "python":
         return _resp_py
     try:
-        return importlib.import_module("fencekit._resp")
+        return importlib.import_module("fencekit._redis._resp")
     except ImportError as exc:
         pytest.fail(
-            f"the compiled encoder fencekit._resp is not built ({exc}). Build it with "
+            f"the compiled encoder fencekit._redis._resp is not built ({exc}). Build it with "
             "`FENCEKIT_REQUIRE_EXT=1 pip install -e . --no-build-isolation`, or set "
             "FENCEKIT_NO_EXT=1 to test only the pure-Python fallback.",
             pytrace=False,
@@ -423,7 +424,7 @@ def test_the_facade_uses_the_compiled_encoder_unless_told_not_to() -> None:
 
 def test_fencekit_no_ext_selects_the_fallback_at_import_time() -> None:
     code = (
-        "from fencekit import compiled, resp, _resp_py;"
+        "from fencekit import compiled; from fencekit._redis import resp, _resp_py;"
         "assert resp.pack_evalsha is _resp_py.pack_evalsha;"
         "print(compiled.RESP_IMPLEMENTATION, compiled.describe()['resp_encoder'])"
     )

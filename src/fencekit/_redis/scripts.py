@@ -1,0 +1,238 @@
+"""The Lua scripts, loaded from ``lua/*.lua``, and one typed builder per script.
+
+Each ``.lua`` file is one atomic state transition and opens with a header that
+lists its KEYS, ARGV and replies. A line ``--!include other.lua`` is replaced by
+that file's text (shared helpers such as token issuance live once).
+
+Python never spells KEYS/ARGV positions anywhere else: every script has one
+builder here, taking keys then arguments as named parameters and returning a
+:class:`Call`. Runners (:func:`fencekit._redis.store.run`, :func:`fencekit._redis.store.arun`,
+the lean connection) execute a ``Call`` by SHA and load the script on
+``NOSCRIPT``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+
+Arg = bytes | str | int | float
+
+_INCLUDE = re.compile(r"^--!include (\S+)\s*$", re.MULTILINE)
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    """One Lua script: its name, expanded source and SHA1 (for EVALSHA)."""
+
+    name: str
+    source: str
+    sha: str
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One script invocation: which script, its KEYS and its ARGV, in order."""
+
+    script: Script
+    keys: tuple[str, ...]
+    args: tuple[Arg, ...]
+
+
+def _read(name: str) -> str:
+    return resources.files("fencekit._redis").joinpath("lua").joinpath(name).read_text("utf-8")
+
+
+def _expand(source: str, seen: frozenset[str] = frozenset()) -> str:
+    def include(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name in seen:
+            raise ValueError(f"recursive --!include of {name}")
+        return _expand(_read(name), seen | {name})
+
+    return _INCLUDE.sub(include, source)
+
+
+def load(name: str) -> Script:
+    """Load ``lua/<name>.lua`` with its includes expanded."""
+    source = _expand(_read(f"{name}.lua"))
+    return Script(name, source, hashlib.sha1(source.encode("utf-8")).hexdigest())
+
+
+def script_names() -> list[str]:
+    """Every script file (not include-only helpers, whose names start with ``_``)."""
+    lua_dir = resources.files("fencekit._redis").joinpath("lua")
+    return sorted(
+        entry.name[:-4]
+        for entry in lua_dir.iterdir()
+        if entry.name.endswith(".lua") and not entry.name.startswith("_")
+    )
+
+
+class _Scripts:
+    """Lazily loaded scripts, one attribute per ``lua/<name>.lua``."""
+
+    def __getattr__(self, name: str) -> Script:
+        script = load(name)
+        setattr(self, name, script)
+        return script
+
+
+SCRIPTS = _Scripts()
+
+
+def call(name: str, keys: Sequence[str], args: Sequence[Arg]) -> Call:
+    """Build a :class:`Call` of script ``name`` (used by the typed builders)."""
+    return Call(getattr(SCRIPTS, name), tuple(keys), tuple(args))
+
+
+# -- primitives: locks -------------------------------------------------------------
+
+
+def lock_acquire(*, lock: str, seq: str, owner: str, ttl_ms: int) -> Call:
+    """Grant a lease and issue its token; reply token or nil (``lock_acquire.lua``)."""
+    return call("lock_acquire", (lock, seq), (owner, ttl_ms))
+
+
+def lock_release(*, lock: str, owner: str, token: int) -> Call:
+    """Release one grant; error ``NOTOWNED`` when gone (``lock_release.lua``)."""
+    return call("lock_release", (lock,), (owner, token))
+
+
+def lock_extend(*, lock: str, owner: str, token: int, ttl_ms: int) -> Call:
+    """Extend one grant; error ``NOTOWNED`` when gone (``lock_extend.lua``)."""
+    return call("lock_extend", (lock,), (owner, token, ttl_ms))
+
+
+# -- primitives: fences ------------------------------------------------------------
+
+
+def fence_check(*, fence: str, token: int) -> Call:
+    """Diagnostic check; reply current max, error ``FENCED`` (``fence_check.lua``)."""
+    return call("fence_check", (fence,), (token,))
+
+
+def fence_advance(*, fence: str, token: int, fence_ttl_ms: int) -> Call:
+    """Accept and record a token; error ``FENCED`` (``fence_advance.lua``)."""
+    return call("fence_advance", (fence,), (token, fence_ttl_ms))
+
+
+def fence_set(*, fence: str, target: str, token: int, value: Arg, fence_ttl_ms: int) -> Call:
+    """Fenced SET of ``target``; error ``FENCED`` (``fence_set.lua``)."""
+    return call("fence_set", (fence, target), (token, value, fence_ttl_ms))
+
+
+# -- primitives: idempotency -------------------------------------------------------
+
+
+def idem_begin(*, key: str, result: str, owner: str, ttl_s: int) -> Call:
+    """SET NX the pending marker; reply 1 begun / 0 exists (``idem_begin.lua``)."""
+    return call("idem_begin", (key, result), (owner, ttl_s))
+
+
+def idem_done(*, key: str, result: str, owner: str, ttl_s: int, store: bool, memo: str) -> Call:
+    """Owner-checked done (+ memo); error ``IDEMNOTOWNED`` (``idem_done.lua``)."""
+    return call("idem_done", (key, result), (owner, ttl_s, 1 if store else 0, memo))
+
+
+def idem_reclaim(*, key: str, result: str, lock: str, owner: str, ttl_s: int, reserve_ms: int) -> Call:
+    """Begin or take over a stale pending key, reserving the lock (``idem_reclaim.lua``)."""
+    return call("idem_reclaim", (key, result, lock), (owner, ttl_s, reserve_ms))
+
+
+# -- queue -----------------------------------------------------------------------------
+
+
+def enqueue(
+    *, pending: str, scheduled: str, stats: str, wake: str, delay_ms: int, envelopes: Sequence[bytes]
+) -> Call:
+    """Accept tasks now or after a delay; reply count (``enqueue.lua``)."""
+    return call("enqueue", (pending, scheduled, stats, wake), (delay_ms, *envelopes))
+
+
+def ack_claim(
+    *, pending: str, inflight: str, token: str, stats: str, wake: str, want: int, acks: Sequence[Arg]
+) -> Call:
+    """Acknowledge ``acks`` and claim up to ``want``; reply ``{fenced, first, envs…}`` (``ack_claim.lua``)."""
+    return call("ack_claim", (pending, inflight, token, stats, wake), (want, *acks))
+
+
+def retry(*, inflight: str, scheduled: str, stats: str, token: int, delay_ms: int, envelope: bytes) -> Call:
+    """Schedule the next attempt; error ``FENCED`` (``retry.lua``)."""
+    return call("retry", (inflight, scheduled, stats), (token, delay_ms, envelope))
+
+
+def requeue(
+    *,
+    inflight: str,
+    pending: str,
+    stats: str,
+    wake: str,
+    fence: str,
+    token: int,
+    envelope: bytes,
+    counter: str,
+    fence_ttl_ms: int,
+) -> Call:
+    """Return a delivery to the head of its queue; error ``FENCED`` (``requeue.lua``)."""
+    return call("requeue", (inflight, pending, stats, wake, fence), (token, envelope, counter, fence_ttl_ms))
+
+
+def fail(
+    *,
+    inflight: str,
+    stats: str,
+    dead: str,
+    dead_index: str,
+    fence: str,
+    token: int,
+    record: bytes,
+    dead_id: str,
+    keep_dead: int,
+    fence_ttl_ms: int,
+) -> Call:
+    """Finish a delivery as failed (``record`` non-empty: dead letter); error ``FENCED`` (``fail.lua``)."""
+    return call(
+        "fail", (inflight, stats, dead, dead_index, fence), (token, record, dead_id, keep_dead, fence_ttl_ms)
+    )
+
+
+def schedule(*, scheduled: str, pending: str, wake: str, limit: int) -> Call:
+    """Move due scheduled tasks into the queue; reply count (``schedule.lua``)."""
+    return call("schedule", (scheduled, pending, wake), (limit,))
+
+
+def purge(*, pending: str, stats: str) -> Call:
+    """Drop every waiting task; reply count (``purge.lua``)."""
+    return call("purge", (pending, stats), ())
+
+
+def dead_revive(
+    *, dead: str, dead_index: str, pending: str, stats: str, wake: str, dead_id: str, envelope: bytes
+) -> Call:
+    """Re-enqueue a dead letter; reply 1 or 0 (``dead_revive.lua``)."""
+    return call("dead_revive", (dead, dead_index, pending, stats, wake), (dead_id, envelope))
+
+
+# -- registry ------------------------------------------------------------------------
+
+
+def heartbeat(*, consumers: str, beats: str, entries: Sequence[tuple[str, bytes]]) -> Call:
+    """Register consumers and stamp their beats; reply server ms (``heartbeat.lua``)."""
+    flat: list[Arg] = []
+    for consumer_id, info in entries:
+        flat += (consumer_id, info)
+    return call("heartbeat", (consumers, beats), flat)
+
+
+def expired(*, beats: str, ttl_ms: int, limit: int) -> Call:
+    """Consumers whose beat is older than the TTL (``expired.lua``)."""
+    return call("expired", (beats,), (ttl_ms, limit))
+
+
+def forget(*, consumers: str, beats: str, consumer_id: str, ttl_ms: int) -> Call:
+    """Forget a consumer if its beat is still missing (``forget.lua``)."""
+    return call("forget", (consumers, beats), (consumer_id, ttl_ms))

@@ -1,0 +1,152 @@
+"""The task envelope: what a queue stores for one task, encoded with orjson.
+
+An envelope is a JSON object::
+
+    {"jid": "0193…", "queue": "emails", "operation": "send_email",
+     "params": {...}, "attempt": 0, "enqueued_at": 1764480000123}
+
+``params`` must be plain JSON (dicts with ``str`` keys, lists, tuples, ``str``,
+``int``, finite ``float``, ``bool``, ``None``): anything else is refused at
+enqueue with :class:`~fencekit.errors.PayloadError` rather than silently
+converted, and so is an envelope larger than the configured maximum. Decoding
+checks every field and names what is wrong, so a bad task can be kept as a
+dead letter with its reason (DESIGN I7).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from fencekit.errors import PayloadError
+
+__all__ = ["DEFAULT_MAX_PAYLOAD", "Envelope", "check_params", "decode", "encode", "peek_jid"]
+
+DEFAULT_MAX_PAYLOAD = 1 << 20  # 1 MiB per envelope
+_MAX_DEPTH = 64
+_MIN_INT, _MAX_INT = -(2**63), 2**64 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """A decoded task as stored in Redis."""
+
+    jid: str
+    queue: str
+    operation: str
+    params: dict[str, Any]
+    attempt: int
+    enqueued_at: int
+
+    def encode(self) -> bytes:
+        return encode(self.jid, self.queue, self.operation, self.params, self.attempt, self.enqueued_at)
+
+    def next_attempt(self, attempt: int) -> bytes:
+        """The envelope of another attempt of the same task."""
+        return encode(self.jid, self.queue, self.operation, self.params, attempt, self.enqueued_at)
+
+
+def check_params(params: object, path: str = "params", depth: int = 0) -> None:
+    """Refuse anything that is not plain, finite JSON (orjson would convert it)."""
+    if depth > _MAX_DEPTH:
+        raise PayloadError(f"{path}: nested deeper than {_MAX_DEPTH} levels")
+    if params is None or isinstance(params, (str, bool)):
+        return
+    if isinstance(params, int):
+        if not _MIN_INT <= params <= _MAX_INT:
+            raise PayloadError(f"{path}: {params} does not fit in 64 bits (pass big numbers as strings)")
+        return
+    if isinstance(params, float):
+        if not math.isfinite(params):
+            raise PayloadError(f"{path}: {params!r} is not valid JSON")
+        return
+    if isinstance(params, dict):
+        for key, value in params.items():
+            if not isinstance(key, str):
+                raise PayloadError(f"{path}: keys must be str, got {type(key).__name__} {key!r}")
+            check_params(value, f"{path}[{key!r}]", depth + 1)
+        return
+    if isinstance(params, (list, tuple)):
+        for index, value in enumerate(params):
+            check_params(value, f"{path}[{index}]", depth + 1)
+        return
+    raise PayloadError(
+        f"{path}: {type(params).__name__} is not JSON; pass str, int, float, bool, None, "
+        "lists and dicts (e.g. a datetime as an ISO string)"
+    )
+
+
+def encode(
+    jid: str,
+    queue: str,
+    operation: str,
+    params: dict[str, Any],
+    attempt: int,
+    enqueued_at: int,
+) -> bytes:
+    """Encode an envelope (:func:`check_params` ran at enqueue, or at decode)."""
+    try:
+        return _dumps(jid, queue, operation, params, attempt, enqueued_at)
+    except TypeError as exc:
+        raise PayloadError(f"task {jid} cannot be encoded: {exc}") from None
+
+
+def _dumps(
+    jid: str, queue: str, operation: str, params: dict[str, Any], attempt: int, enqueued_at: int
+) -> bytes:
+    return orjson.dumps(
+        {
+            "jid": jid,
+            "queue": queue,
+            "operation": operation,
+            "params": params,
+            "attempt": attempt,
+            "enqueued_at": enqueued_at,
+        }
+    )
+
+
+def decode(raw: bytes | str) -> Envelope:
+    """Decode and check a stored envelope; :class:`PayloadError` says what is wrong."""
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise PayloadError(f"payload is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise PayloadError(f"payload must be a JSON object, got {type(data).__name__}")
+    try:
+        jid = data["jid"]
+        queue = data["queue"]
+        operation = data["operation"]
+        params = data["params"]
+    except KeyError as exc:
+        raise PayloadError(f"payload lacks the field {exc.args[0]!r}") from None
+    attempt = data.get("attempt", 0)
+    enqueued_at = data.get("enqueued_at", 0)
+    if not isinstance(jid, str) or not jid:
+        raise PayloadError("field 'jid' must be a non-empty string")
+    if not isinstance(queue, str) or not queue:
+        raise PayloadError("field 'queue' must be a non-empty string")
+    if not isinstance(operation, str) or not operation:
+        raise PayloadError("field 'operation' must be a non-empty string")
+    if not isinstance(params, dict):
+        raise PayloadError(f"field 'params' must be an object, got {type(params).__name__}")
+    if type(attempt) is not int or attempt < 0:
+        raise PayloadError("field 'attempt' must be a non-negative integer")
+    if type(enqueued_at) is not int:
+        raise PayloadError("field 'enqueued_at' must be an integer (ms)")
+    check_params(params)  # e.g. deeper than we could encode again for a retry
+    return Envelope(jid, queue, operation, params, attempt, enqueued_at)
+
+
+def peek_jid(raw: bytes | str) -> str | None:
+    """The jid of a possibly broken envelope, if one can be read (for logs)."""
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    jid = data.get("jid") if isinstance(data, dict) else None
+    return jid if isinstance(jid, str) else None

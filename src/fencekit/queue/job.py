@@ -1,0 +1,80 @@
+"""The running job: ``current_job()`` inside ``perform`` returns its delivery.
+
+A delivery is one claim of a task: its ``jid``, ``queue``, ``operation``,
+``attempt`` and the fencing ``token`` that claim was issued. The token's
+resource names the task (``{queue}:job:<jid>``), so every delivery of the
+same task writes through the same fence, and a newer delivery always holds a
+larger token. ``await current_job().set_if_fresh(key, value)`` is a Redis
+``SET`` that lands only while this delivery is the newest one: once the task
+was reaped or redelivered, the write raises
+:class:`~fencekit.errors.FencedOutError` and changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from fencekit._redis.scripts import Call
+from fencekit.errors import NoCurrentJob
+from fencekit.primitives.fence import FenceRules
+from fencekit.primitives.tokens import FenceToken
+
+if TYPE_CHECKING:
+    from fencekit.queue.client import Client
+    from fencekit.queue.task import Task
+
+_current: ContextVar[Job] = ContextVar("fencekit_current_job")
+
+
+def job_resource(queue: str, jid: str) -> str:
+    """The fence resource of a task: tagged with its queue, so queue scripts reach it."""
+    return f"{{{queue}}}:job:{jid}"
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """The delivery being performed (see the module docstring)."""
+
+    jid: str
+    queue: str
+    operation: str
+    attempt: int
+    token: FenceToken
+    params: dict[str, Any]
+    rules: FenceRules
+    run: Callable[[Call], Awaitable[Any]]
+    client: Client
+
+    async def set_if_fresh(self, key: str, value: str | bytes | int | float) -> None:
+        """``SET key value`` fenced by this delivery's token (one atomic script).
+
+        It goes over the consumer's hot-path connection, and raises
+        :class:`~fencekit.errors.FencedOutError` once a newer delivery exists.
+        """
+        await self.run(self.rules.set_call(self.token, key, value))
+
+    async def enqueue(self, task: Task, *, delay: float | timedelta | None = None) -> str:
+        """Enqueue a follow-up task on this consumer's connection; returns its jid."""
+        return await self.client.enqueue(task, delay=delay)
+
+
+def current_job() -> Job:
+    """The delivery whose ``perform`` is running in this context.
+
+    Raises :class:`~fencekit.errors.NoCurrentJob` outside a job.
+    """
+    try:
+        return _current.get()
+    except LookupError:
+        raise NoCurrentJob(
+            "current_job() was called outside a running job; call it inside a worker's perform()"
+        ) from None
+
+
+def set_current(job: Job) -> None:
+    """Bind ``job`` to the running context (the consumer runs each task in its own)."""
+    _current.set(job)

@@ -1,0 +1,190 @@
+"""The reaper: returns the in-flight tasks of dead consumers.
+
+It runs on a fixed interval (several times per heartbeat TTL) over bounded
+batches: it lists consumers whose beat is older than the TTL (server clock),
+and for each one moves every task of its in-flight hashes back to its queue.
+A crash counts as a failed attempt under the retry policy of *this* reaper's
+workers (the default policy for a worker it does not have): the task goes
+back at once with ``attempt + 1``, or is finished as failed. Each move is
+fenced (``requeue.lua``/``fail.lua`` act only while the delivery is still in
+flight), so two reapers never return a task twice, and each raises the job's
+fence so the dead consumer's late writes are refused.
+
+The consumer is forgotten last, and only if its beat is still missing at that
+moment (``forget.lua``): a consumer that comes back keeps its registration,
+while its returned deliveries stay fenced out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable, Collection, Iterable
+
+import orjson
+import redis.asyncio
+
+from fencekit._redis import scripts
+from fencekit._redis.keys import KeySpace
+from fencekit._redis.store import apipeline, arun, as_text, translated
+from fencekit.errors import StoreError
+from fencekit.queue import settle
+from fencekit.queue.loops import Backoff
+from fencekit.queue.settle import SettleSettings
+from fencekit.queue.worker import WorkerRegistry
+
+REAPS_PER_TTL = 3
+
+
+def _bytes(value: bytes | str) -> bytes:
+    return value.encode() if isinstance(value, str) else value
+
+
+BATCH = 50
+SCAN_COUNT = 200
+
+
+class Reaper:
+    """Finds dead consumers and returns their tasks (see the module docstring)."""
+
+    def __init__(
+        self,
+        client: redis.asyncio.Redis,
+        keys: KeySpace,
+        registry: WorkerRegistry,
+        ttl: float,
+        logger: logging.Logger,
+        settings: SettleSettings | None = None,
+        alive: Callable[[], Collection[str]] | None = None,
+    ) -> None:
+        self.client = client
+        self.keys = keys
+        self.registry = registry
+        self.ttl = ttl
+        self.logger = logger
+        self.settings = settings or SettleSettings()
+        # Consumers this process knows are alive (its own, its children): never reaped here,
+        # even when their beats went stale during an outage that just ended.
+        self.alive = alive or (lambda: ())
+        self.reaped_consumers = 0
+        self.returned = 0
+        self.failed = 0
+        self._backoff = Backoff(logger, "reaper", base=1.0, cap=ttl / REAPS_PER_TTL)
+
+    async def run(self) -> None:
+        """Reap until cancelled, ``REAPS_PER_TTL`` times per TTL (with jitter)."""
+        while True:
+            try:
+                await self.reap_once()
+            except StoreError as exc:
+                await asyncio.sleep(self._backoff.failed(exc))
+                continue
+            self._backoff.succeeded()
+            await asyncio.sleep(self.ttl / REAPS_PER_TTL * random.uniform(0.8, 1.2))
+
+    async def reap_once(self) -> int:
+        """Reap every consumer whose beat expired; return how many tasks moved."""
+        moved = 0
+        while True:
+            dead = await arun(
+                self.client, scripts.expired(beats=self.keys.beats, ttl_ms=int(self.ttl * 1000), limit=BATCH)
+            )
+            ours = self.alive()
+            for consumer_id in dead:
+                if as_text(consumer_id) not in ours:
+                    moved += await self.reap(as_text(consumer_id), forget_if_silent=True)
+            if len(dead) < BATCH:
+                return moved
+
+    async def reap(
+        self,
+        consumer_id: str,
+        *,
+        forget_if_silent: bool,
+        crashed: bool = True,
+        queues: Iterable[str] | None = None,
+    ) -> int:
+        """Return the tasks of ``consumer_id`` and forget it.
+
+        ``forget_if_silent`` False forgets it unconditionally (the supervisor
+        knows its child is dead); True only if its beat is still missing.
+        ``crashed`` False returns the tasks as they were (the supervisor cut a
+        stop short) instead of counting a failed attempt.
+        """
+        if queues is None:
+            queues = await self._queues_of(consumer_id)
+        moved = 0
+        for queue in queues:
+            moved += await self._reap_queue(consumer_id, queue, crashed)
+        ttl_ms = int(self.ttl * 1000) if forget_if_silent else 0
+        forgotten = await arun(
+            self.client,
+            scripts.forget(
+                consumers=self.keys.consumers, beats=self.keys.beats, consumer_id=consumer_id, ttl_ms=ttl_ms
+            ),
+        )
+        if forgotten:
+            self.reaped_consumers += 1
+        if moved:
+            self.logger.warning(
+                "reaped consumer %s: %d task(s) returned or failed%s",
+                consumer_id,
+                moved,
+                "" if forgotten else " (it is alive again: kept registered)",
+            )
+        elif forgotten and forget_if_silent:
+            self.logger.warning("forgot silent consumer %s (it had no tasks in flight)", consumer_id)
+        return moved
+
+    async def _queues_of(self, consumer_id: str) -> list[str]:
+        with translated():
+            info = await self.client.hget(self.keys.consumers, consumer_id)
+            if info:
+                try:
+                    queues = orjson.loads(info).get("queues")
+                    if isinstance(queues, list) and all(isinstance(q, str) for q in queues):
+                        return queues
+                except (orjson.JSONDecodeError, AttributeError):
+                    pass
+            # No usable record: look in every queue ever used.
+            return sorted(as_text(q) for q in await self.client.smembers(self.keys.queues))
+
+    async def _reap_queue(self, consumer_id: str, queue: str, crashed: bool) -> int:
+        qk = self.keys.queue(queue)
+        inflight = qk.inflight(consumer_id)
+        moved = 0
+        cursor = 0
+        while True:
+            with translated():
+                next_cursor, entries = await self.client.hscan(inflight, cursor, count=SCAN_COUNT)
+            cursor = int(next_cursor)
+            assert isinstance(entries, dict)
+            judge = settle.after_crash if crashed else settle.after_stop
+            verdicts = [
+                judge(
+                    self.keys,
+                    queue,
+                    inflight,
+                    int(tok),
+                    _bytes(raw),
+                    self.registry.policy,
+                    settings=self.settings,
+                )
+                for tok, raw in entries.items()
+            ]
+            calls = [v.call for v in verdicts]
+            for v in verdicts:
+                if v.returned:
+                    self.returned += 1
+                    self.logger.warning(
+                        "task %s returned to queue %s after its consumer died (%s)", v.jid, queue, v.reason
+                    )
+                else:
+                    self.failed += 1
+                    self.logger.error("task %s on queue %s failed permanently: %s", v.jid, queue, v.reason)
+            if calls:
+                results = await apipeline(self.client, calls)
+                moved += sum(1 for r in results if not isinstance(r, BaseException))
+            if cursor == 0:
+                return moved

@@ -1,0 +1,172 @@
+"""Workers: what runs a task, how it is found, and its retry policy.
+
+A worker is a class or an instance with ``queue``, ``operation`` and an async
+``perform(payload)`` (a classmethod/staticmethod on a class, or a method on an
+instance); optional ``retry`` (bool, default True) and ``retry_count`` (int
+>= 0, default 1). Workers are resolved by their ``(queue, operation)`` pair.
+
+The retry rule lives here once, for failures raised by ``perform`` and for
+crashes found by the reaper alike: a task that has failed ``attempt`` times
+runs again while ``retry`` is on and ``attempt < retry_count``, after
+``1s * 1.5 ** attempt`` (crashes: at once).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from fencekit._redis.keys import validate_queue
+from fencekit.errors import ConfigError
+
+RETRY_BASE_DELAY = 1.0
+RETRY_BACKOFF = 1.5
+
+
+@runtime_checkable
+class Performable(Protocol):
+    """Anything with ``queue``, ``operation`` and an async ``perform(payload)``."""
+
+    queue: str
+    operation: str
+
+    async def perform(self, payload: dict[str, Any]) -> None: ...
+
+
+#: A worker as registered: a class (classmethod ``perform``) or an instance.
+Worker = type | Performable
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """``retry``/``retry_count`` of a worker, and the rule that applies them."""
+
+    retry: bool = True
+    retry_count: int = 1
+
+    def next_attempt(self, attempt: int) -> int | None:
+        """The attempt number of the next run after ``attempt`` failed runs, or None."""
+        if self.retry and attempt < self.retry_count:
+            return attempt + 1
+        return None
+
+    @staticmethod
+    def delay(attempt: int) -> float:
+        """Seconds to wait before re-running a task that failed ``attempt`` times before."""
+        return RETRY_BASE_DELAY * RETRY_BACKOFF**attempt
+
+
+DEFAULT_POLICY = RetryPolicy()
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSpec:
+    """A validated worker: its routing pair, policy and bound ``perform``."""
+
+    queue: str
+    operation: str
+    policy: RetryPolicy
+    perform: Callable[[dict[str, Any]], Awaitable[None]]
+    name: str
+    source: object
+
+
+def _name(worker: object) -> str:
+    if isinstance(worker, type):
+        return worker.__qualname__
+    return f"{type(worker).__qualname__} instance"
+
+
+def _takes_self(function: object) -> bool:
+    """True for a plain function whose first parameter would receive the instance."""
+    try:
+        parameters = list(inspect.signature(function).parameters.values())  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 2
+
+
+def inspect_worker(worker: object) -> WorkerSpec:
+    """Validate ``worker``; :class:`ConfigError` names the worker and the attribute."""
+    name = _name(worker)
+    for attr in ("queue", "operation"):
+        value = getattr(worker, attr, None)
+        if not isinstance(value, str) or not value:
+            raise ConfigError(f"worker {name}: attribute {attr!r} must be a non-empty str, got {value!r}")
+    try:
+        queue = validate_queue(worker.queue)  # type: ignore[attr-defined]
+    except ConfigError as exc:
+        raise ConfigError(f"worker {name}: attribute 'queue': {exc}") from None
+    perform = getattr(worker, "perform", None)
+    if perform is None or not callable(perform):
+        raise ConfigError(f"worker {name}: attribute 'perform' must be an async method")
+    if not inspect.iscoroutinefunction(perform):
+        raise ConfigError(
+            f"worker {name}: attribute 'perform' must be declared 'async def' "
+            "(a classmethod on a class, or a method on an instance)"
+        )
+    if isinstance(worker, type) and not inspect.ismethod(perform) and _takes_self(perform):
+        raise ConfigError(
+            f"worker {name}: attribute 'perform' must be a classmethod when the class is registered; "
+            "register an instance to use an instance method"
+        )
+    retry = getattr(worker, "retry", True)
+    if type(retry) is not bool:
+        raise ConfigError(f"worker {name}: attribute 'retry' must be a bool, got {retry!r}")
+    retry_count = getattr(worker, "retry_count", 1)
+    if type(retry_count) is not int or retry_count < 0:
+        raise ConfigError(f"worker {name}: attribute 'retry_count' must be an int >= 0, got {retry_count!r}")
+    return WorkerSpec(
+        queue=queue,
+        operation=worker.operation,  # type: ignore[attr-defined]
+        policy=RetryPolicy(retry, retry_count),
+        perform=perform,
+        name=name,
+        source=worker,
+    )
+
+
+class WorkerRegistry:
+    """Workers by ``(queue, operation)``; queues in registration order."""
+
+    def __init__(self) -> None:
+        self._specs: dict[tuple[str, str], WorkerSpec] = {}
+        self._queues: dict[str, None] = {}
+
+    def add(self, workers: Iterable[object]) -> None:
+        """Validate every worker first, then register them all (all or nothing)."""
+        specs = [inspect_worker(w) for w in workers]
+        seen: dict[tuple[str, str], WorkerSpec] = {}
+        for spec in specs:
+            pair = (spec.queue, spec.operation)
+            other = seen.get(pair) or self._specs.get(pair)
+            if other is not None and other.source is not spec.source:
+                raise ConfigError(
+                    f"worker {spec.name}: ({spec.queue!r}, {spec.operation!r}) is already "
+                    f"handled by {other.name}"
+                )
+            seen[pair] = spec
+        for pair, spec in seen.items():
+            self._specs[pair] = spec
+            self._queues.setdefault(spec.queue, None)
+
+    def get(self, queue: str, operation: str) -> WorkerSpec | None:
+        return self._specs.get((queue, operation))
+
+    def policy(self, queue: str, operation: str) -> RetryPolicy:
+        """The worker's policy, or the default one for a worker this registry lacks."""
+        spec = self._specs.get((queue, operation))
+        return spec.policy if spec is not None else DEFAULT_POLICY
+
+    @property
+    def queues(self) -> list[str]:
+        return list(self._queues)
+
+    def __len__(self) -> int:
+        return len(self._specs)
+
+    def __iter__(self) -> Any:
+        return iter(self._specs.values())
