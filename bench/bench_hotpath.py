@@ -22,7 +22,7 @@ import pytest
 from fencekit._redis import scripts
 from fencekit._redis.keys import KeySpace
 from fencekit._redis.link import Link, open_link
-from fencekit._redis.store import parse_url
+from fencekit._redis.url import parse_url
 from fencekit.queue import codec
 from fencekit.testing import RedisServer
 
@@ -50,7 +50,7 @@ class Loop:
                 scripts.ack_claim(
                     pending=self.qk.pending,
                     inflight=self.inflight,
-                    token=self.qk.token,
+                    token_counter=self.qk.token_counter,
                     stats=self.qk.stats,
                     wake=self.qk.wake,
                     want=self.k,

@@ -15,7 +15,8 @@ from bench import apps
 from bench.common import PY, children_of, percentile, rss_kib, spawn, stop, wait_processed
 from fencekit import Client, Task
 from fencekit._redis.keys import KeySpace
-from fencekit.queue.heartbeat import Heartbeat, consumer_info
+from fencekit.queue.heartbeat import Heartbeat
+from fencekit.queue.registry import ConsumerRecord
 
 KEYS = KeySpace("fencekit")
 LOG = logging.getLogger("bench")
@@ -78,7 +79,9 @@ class FakeConsumers:
 
     def __init__(self, r: aredis.Redis, count: int) -> None:
         entries = {
-            f"bench-host:{i}:fake:{i:012d}": consumer_info(f"bench-host:{i}:fake:{i:012d}", [apps.QUEUE], 1)
+            f"bench-host:{i}:fake:{i:012d}": ConsumerRecord.new(
+                f"bench-host:{i}:fake:{i:012d}", [apps.QUEUE], 1, "bench"
+            )
             for i in range(count)
         }
         self.heartbeat = Heartbeat(r, KEYS, 30.0, LOG, lambda: entries)

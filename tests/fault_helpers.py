@@ -32,7 +32,7 @@ POOL_APP = textwrap.dedent(
     """
     import asyncio, os
     from fencekit import current_job
-    from fencekit._redis.store import async_client
+    from fencekit._redis.clients import async_client
 
     URL = os.environ["TEST_REDIS_URL"]
     RUNS = os.environ["TEST_RUNS_DIR"]

@@ -179,7 +179,7 @@ def new_server(url: str, *workers: object, **kwargs: Any) -> Server:
     kwargs.setdefault("heartbeat_ttl", 10.0)
     kwargs.setdefault("grace", 0.5)
     server = Server(redis_url=url, **kwargs)
-    server.logger = capture_logger(f"test.fencekit.runtime.server.{id(server)}")
+    server.logger = capture_logger(f"test.fencekit.server.{id(server)}")
     if workers:
         server.add_workers(*workers)
     return server

@@ -3,12 +3,17 @@
 Primitives (sync and asyncio): :func:`idempotency_key`, :class:`IdempotencyGuard`,
 :class:`DistributedLock` with fencing tokens, :class:`FenceGate`.
 The job queue: :class:`Client`, :class:`Task`, :class:`Server`, :class:`Queue`,
-:func:`current_job`.
+:func:`current_job`; the multiprocess pool: :class:`Pool` and :class:`App`.
+Settings: :mod:`fencekit.settings`. Errors: :mod:`fencekit.errors` (every
+exception fencekit raises is a :class:`FenceKitError`, apart from the plain
+``TypeError`` of a primitive given the wrong kind of argument). The map of the
+package is ``docs/design.md``.
 """
 
 from fencekit.errors import (
     CanonicalizeError,
     ConfigError,
+    DurabilityError,
     EncodeError,
     FencedOutError,
     FenceKitError,
@@ -19,18 +24,21 @@ from fencekit.errors import (
     NoCurrentJob,
     PayloadError,
     StoreError,
-    TokenExpiredError,
 )
+from fencekit.pool import Pool
 from fencekit.primitives.canonical import canonicalize, dumps_json, idempotency_key, loads_json
 from fencekit.primitives.fence import AsyncFenceGate, FenceGate
 from fencekit.primitives.idempotency import AsyncIdempotencyGuard, IdempotencyGuard
 from fencekit.primitives.lock import AsyncDistributedLock, DistributedLock
 from fencekit.primitives.tokens import BeginOutcome, FenceToken, LockHandle
-from fencekit.queue.client import Client, DeadLetter, Queue, QueueStats, ScheduledTask
+from fencekit.queue.client import Client
+from fencekit.queue.handle import DeadLetter, Queue, QueueStats, ScheduledTask
 from fencekit.queue.job import Job, current_job
 from fencekit.queue.task import Task
 from fencekit.queue.worker import Performable, RetryPolicy, Worker
+from fencekit.runtime.app import App
 from fencekit.runtime.server import Server
+from fencekit.settings import ClientOptions, PoolOptions, ServerOptions
 
 __version__ = "0.2.0.dev0"
 
@@ -50,10 +58,12 @@ __all__ = [  # noqa: RUF022 - grouped by topic
     "idempotency_key",
     "loads_json",
     # the job queue
+    "App",
     "Client",
     "DeadLetter",
     "Job",
     "Performable",
+    "Pool",
     "Queue",
     "QueueStats",
     "RetryPolicy",
@@ -62,9 +72,14 @@ __all__ = [  # noqa: RUF022 - grouped by topic
     "Task",
     "Worker",
     "current_job",
+    # settings
+    "ClientOptions",
+    "PoolOptions",
+    "ServerOptions",
     # errors
     "CanonicalizeError",
     "ConfigError",
+    "DurabilityError",
     "EncodeError",
     "FenceKitError",
     "FencedOutError",
@@ -75,6 +90,5 @@ __all__ = [  # noqa: RUF022 - grouped by topic
     "NoCurrentJob",
     "PayloadError",
     "StoreError",
-    "TokenExpiredError",
     "__version__",
 ]

@@ -13,7 +13,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0 if args else 2
     command, rest = args[0], args[1:]
     if command == "pool":
-        from fencekit.pool import main as pool_main
+        from fencekit.pool.cli import main as pool_main
 
         return pool_main(rest, prog="fencekit pool")
     print(f"fencekit: error: unknown command {command!r} (known: pool)", file=sys.stderr)

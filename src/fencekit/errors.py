@@ -8,7 +8,6 @@
     ├── IdempotencyNotOwned          mark_done by a worker that no longer owns the key
     ├── IdempotencyResultMissing     no memoised result for a key
     ├── FencedOutError               a token older than the newest one seen
-    ├── TokenExpiredError            a handle known to be expired before a write
     ├── CanonicalizeError (ValueError)  payload has no canonical JSON form
     ├── ConfigError (ValueError)     bad URL, bad worker settings, bad arguments
     ├── PayloadError (ValueError)    an envelope that cannot be encoded or decoded
@@ -17,13 +16,38 @@
     │   └── DurabilityError          accepted by the master, not confirmed by enough replicas
     └── NoCurrentJob (RuntimeError)  current_job() outside a running job
 
-Redis errors become :class:`StoreError` in :func:`translate` (and its async
-twin); Lua scripts report refusals with readable error prefixes (``FENCED``,
-``NOTOWNED`` …) that :data:`SCRIPT_ERRORS` maps to the classes above, the way
-redis-py maps reply prefixes to its own exceptions.
+Redis errors become ours at one boundary (``fencekit._redis.run``:
+``translate_error`` for redis-py's exceptions, ``translate_reply`` for an
+error reply's text); Lua scripts report refusals with readable error
+prefixes (``FENCED``, ``NOTOWNED`` …) that :data:`SCRIPT_ERRORS` maps to the
+classes above, the way redis-py maps reply prefixes to its own exceptions.
+
+One exception stands outside the tree on purpose: a primitive given an
+argument of the wrong *type* (a TTL that is not a ``timedelta``, a client
+that is not a redis-py client, a token that is not a ``FenceToken``) raises
+a plain ``TypeError``, as Python's own functions do. A value of the right
+type that is wrong is a :class:`ConfigError`, which is also a ``ValueError``.
 """
 
 from __future__ import annotations
+
+__all__ = [
+    "SCRIPT_ERRORS",
+    "CanonicalizeError",
+    "ConfigError",
+    "DurabilityError",
+    "EncodeError",
+    "FenceKitError",
+    "FencedOutError",
+    "IdempotencyNotOwned",
+    "IdempotencyResultMissing",
+    "LockNotAcquired",
+    "LockNotOwned",
+    "NoCurrentJob",
+    "PayloadError",
+    "StoreError",
+    "script_error",
+]
 
 
 class FenceKitError(Exception):
@@ -54,13 +78,6 @@ class FencedOutError(FenceKitError):
 
     The write did not happen. A stale holder (paused, partitioned, reaped)
     gets this instead of overwriting the work of a newer holder.
-    """
-
-
-class TokenExpiredError(FenceKitError):
-    """A handle is known to be expired before a write (local fast path).
-
-    Redis stays the source of truth; this only saves a round trip.
     """
 
 

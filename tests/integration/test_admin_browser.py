@@ -102,7 +102,7 @@ async def admin_url(redis_url: str) -> AsyncIterator[str]:
     source = AdminSource.from_url(
         redis_url,
         queues=[HOSTILE, "emails", "reports", "thumbnails"],
-        durations=lambda: server.consumer.stats.durations if server.consumer is not None else [],
+        durations=server.durations,
         heartbeat_ttl=5.0,
     )
     web = WebServer(create_app(source, admin_username=USER, admin_password=PASSWORD), port=0)

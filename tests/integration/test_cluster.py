@@ -20,7 +20,7 @@ import redis
 import redis.asyncio
 from redis.crc import key_slot
 
-from fencekit._redis import store
+from fencekit._redis import run as runner
 from fencekit._redis.scripts import Call
 from fencekit.errors import FencedOutError, IdempotencyNotOwned, LockNotOwned
 from fencekit.primitives.canonical import idempotency_key
@@ -57,7 +57,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, server_binary: str) -> Ite
 def recorded(monkeypatch: pytest.MonkeyPatch) -> list[Call]:
     """Every script Call the primitives send, in order."""
     calls: list[Call] = []
-    real_run, real_arun = store.run, store.arun
+    real_run, real_arun = runner.run, runner.arun
 
     def run(client: Any, call: Call) -> Any:
         calls.append(call)
@@ -67,8 +67,8 @@ def recorded(monkeypatch: pytest.MonkeyPatch) -> list[Call]:
         calls.append(call)
         return await real_arun(client, call)
 
-    monkeypatch.setattr(store, "run", run)
-    monkeypatch.setattr(store, "arun", arun)
+    monkeypatch.setattr(runner, "run", run)
+    monkeypatch.setattr(runner, "arun", arun)
     return calls
 
 

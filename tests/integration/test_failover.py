@@ -45,14 +45,6 @@ def cluster(tmp_path: Path, server_binary: str) -> Iterator[LocalSentinel]:
     deployment.cleanup()
 
 
-def durable_supported() -> bool:
-    import inspect
-
-    from fencekit.queue import client
-
-    return "durable_replicas" in inspect.signature(client.Client.__init__).parameters
-
-
 @dataclass
 class Outcome:
     accepted: int
@@ -212,7 +204,6 @@ def test_sigkill_of_the_master_under_load(cluster: LocalSentinel, tmp_path: Path
     assert log_lines(o.pool_log, "recovered after")
 
 
-@pytest.mark.skipif(not durable_supported(), reason="durable acknowledgement not implemented yet")
 def test_durable_acknowledgement_loses_nothing_through_a_master_crash(
     cluster: LocalSentinel, tmp_path: Path
 ) -> None:

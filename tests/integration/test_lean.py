@@ -24,7 +24,7 @@ import uvloop
 from fencekit._redis import hotpath
 from fencekit._redis.hotpath import LeanConnection
 from fencekit._redis.scripts import Call, Script
-from fencekit._redis.store import parse_url
+from fencekit._redis.url import parse_url
 from fencekit.errors import ConfigError, EncodeError, FencedOutError, LockNotOwned, StoreError
 from fencekit.testing import RedisServer
 
@@ -341,20 +341,26 @@ def test_sentinel_targets_are_checked_to_be_the_master(
         run(scenario())
 
 
+def _context(url: str) -> ssl.SSLContext:
+    target = parse_url(url)
+    assert target.tls is not None
+    return target.tls.context(target.redacted())
+
+
 def test_ssl_contexts_follow_the_url_options(tmp_path: Path) -> None:
-    strict = hotpath._ssl_context(parse_url("rediss://redis.example:6380/0"))
+    strict = _context("rediss://redis.example:6380/0")
     assert strict.verify_mode == ssl.CERT_REQUIRED
     assert strict.check_hostname
-    relaxed = hotpath._ssl_context(parse_url("rediss://h/0?ssl_cert_reqs=optional&ssl_check_hostname=false"))
+    relaxed = _context("rediss://h/0?ssl_cert_reqs=optional&ssl_check_hostname=false")
     assert relaxed.verify_mode == ssl.CERT_OPTIONAL
     assert not relaxed.check_hostname
-    off = hotpath._ssl_context(parse_url("rediss://h/0?ssl_cert_reqs=none"))
+    off = _context("rediss://h/0?ssl_cert_reqs=none")
     assert off.verify_mode == ssl.CERT_NONE
     assert not off.check_hostname
     with pytest.raises(ConfigError, match="ssl_cert_reqs"):
-        hotpath._ssl_context(parse_url("rediss://h/0?ssl_cert_reqs=sometimes"))
+        _context("rediss://h/0?ssl_cert_reqs=sometimes")
     with pytest.raises(ConfigError, match="cannot load TLS certificates"):
-        hotpath._ssl_context(parse_url(f"rediss://h/0?ssl_ca_certs={tmp_path}/missing.pem"))
+        _context(f"rediss://h/0?ssl_ca_certs={tmp_path}/missing.pem")
 
 
 # -- timeouts and failures (DESIGN I4) ----------------------------------------

@@ -368,7 +368,7 @@ def test_systemd_notifications_ready_watchdog_and_stopping(
         (["nosuchmodule:WORKERS"], "cannot import APP module 'nosuchmodule'"),
         (["poolapp:NOPE"], "has no attribute 'NOPE'"),
         (["poolapp"], "APP must look like"),
-        (["poolapp:WORKERS", "--procs", "0"], "procs must be an int >= 1"),
+        (["poolapp:WORKERS", "--procs", "0"], "procs must be >= 1, got 0 (--procs)"),
         (["poolapp:WORKERS", "--redis-url", "http://x"], "unsupported URL scheme"),
     ],
 )

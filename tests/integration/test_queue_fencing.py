@@ -30,19 +30,21 @@ from tests.queue_helpers import (
 
 from fencekit import Client, FencedOutError, StoreError, Task
 from fencekit._redis import scripts
-from fencekit._redis.keys import KeySpace
+from fencekit._redis.clients import async_client, sync_client
+from fencekit._redis.keys import KeySpace, job_resource
 from fencekit._redis.link import open_link
-from fencekit._redis.store import arun, async_client, parse_url, run, sync_client
+from fencekit._redis.run import arun, run
+from fencekit._redis.url import parse_url
 from fencekit.primitives.fence import AsyncFenceGate
 from fencekit.primitives.tokens import FenceToken
-from fencekit.queue import settle
-from fencekit.queue.job import job_resource
+from fencekit.queue import codec, settle
 from fencekit.queue.reaper import Reaper
-from fencekit.queue.settle import SettleSettings
-from fencekit.queue.worker import WorkerRegistry
+from fencekit.queue.settle import Delivery, Retention
+from fencekit.queue.worker import RetryPolicy, WorkerRegistry
+from fencekit.settings import ServerSettings, defaults
 
 KEYS = KeySpace()
-SETTINGS = SettleSettings()
+RETENTION = Retention.of(defaults(ServerSettings))
 
 
 @pytest.fixture
@@ -66,7 +68,7 @@ async def claim(ar: Any, queue: str, consumer: str, want: int = 1, acks: tuple[i
         scripts.ack_claim(
             pending=qk.pending,
             inflight=qk.inflight(consumer),
-            token=qk.token,
+            token_counter=qk.token_counter,
             stats=qk.stats,
             wake=qk.wake,
             want=want,
@@ -89,7 +91,7 @@ async def test_i3_stale_ack_retry_and_fail_change_nothing(redis_url: str, r: Any
     assert orjson.loads(raw)["jid"] == jid
     # The reaper returns c1's delivery (crash = failed attempt), c2 claims it again.
     verdict = settle.after_crash(
-        KEYS, queue, qk.inflight("c1"), old_token, raw, WorkerRegistry().policy, settings=SETTINGS
+        KEYS, Delivery(queue, qk.inflight("c1"), old_token, raw), WorkerRegistry().policy, retention=RETENTION
     )
     assert verdict.returned
     assert await arun(ar, verdict.call) == 1
@@ -107,21 +109,36 @@ async def test_i3_stale_ack_retry_and_fail_change_nothing(redis_url: str, r: Any
     fenced, _ = await claim(ar, queue, "c2", want=0, acks=(old_token,))
     assert [int(t) for t in fenced] == [old_token]
     # A stale retry and a stale fail raise FencedOutError.
-    env = settle.codec.decode(raw)
-    with pytest.raises(FencedOutError):
-        await arun(ar, settle.retry(KEYS, queue, qk.inflight("c1"), old_token, env, 1))
+    env = codec.decode(raw)
     with pytest.raises(FencedOutError):
         await arun(
-            ar, settle.fail(KEYS, queue, qk.inflight("c1"), old_token, jid=jid, reason="x", settings=SETTINGS)
+            ar,
+            settle.retry(
+                KEYS, Delivery(queue, qk.inflight("c1"), old_token), env, 1, RetryPolicy().delay(env.attempt)
+            ),
         )
     with pytest.raises(FencedOutError):
-        await arun(ar, settle.fail(KEYS, queue, qk.inflight("c1"), old_token, jid=jid, settings=SETTINGS))
+        await arun(
+            ar,
+            settle.fail(
+                KEYS, Delivery(queue, qk.inflight("c1"), old_token), jid=jid, reason="x", retention=RETENTION
+            ),
+        )
+    with pytest.raises(FencedOutError):
+        await arun(
+            ar, settle.fail(KEYS, Delivery(queue, qk.inflight("c1"), old_token), jid=jid, retention=RETENTION)
+        )
     # A stale requeue (a second reaper) changes nothing either.
     with pytest.raises(FencedOutError):
         await arun(
             ar,
             settle.requeue(
-                KEYS, queue, qk.inflight("c1"), old_token, raw, jid=jid, counter="retried", settings=SETTINGS
+                KEYS,
+                Delivery(queue, qk.inflight("c1"), old_token),
+                raw,
+                jid=jid,
+                counter="retried",
+                retention=RETENTION,
             ),
         )
 
@@ -151,7 +168,10 @@ async def test_i3_a_reaped_delivery_cannot_write_through_its_fence_even_before_t
     gate = AsyncFenceGate(ar)
     await gate.set_if_fresh(stale, f"{{{queue}}}:result", "first")
     verdict = settle.after_crash(
-        KEYS, queue, qk.inflight("c1"), int(token), raw, WorkerRegistry().policy, settings=SETTINGS
+        KEYS,
+        Delivery(queue, qk.inflight("c1"), int(token), raw),
+        WorkerRegistry().policy,
+        retention=RETENTION,
     )
     await arun(ar, verdict.call)
     with pytest.raises(FencedOutError):
@@ -311,7 +331,7 @@ def test_i5_every_queue_script_runs_on_redis_cluster(tmp_path: Any, server_binar
                     scripts.ack_claim(
                         pending=qk.pending,
                         inflight=qk.inflight("c1"),
-                        token=qk.token,
+                        token_counter=qk.token_counter,
                         stats=qk.stats,
                         wake=qk.wake,
                         want=3,
@@ -329,23 +349,32 @@ def test_i5_every_queue_script_runs_on_redis_cluster(tmp_path: Any, server_binar
                     scripts.ack_claim(
                         pending=qk.pending,
                         inflight=qk.inflight("c1"),
-                        token=qk.token,
+                        token_counter=qk.token_counter,
                         stats=qk.stats,
                         wake=qk.wake,
                         want=0,
                         acks=[t_ack],
                     ),
                 )
-                env_retry = settle.codec.decode(raw_retry)
-                assert run(client, settle.retry(KEYS, queue, qk.inflight("c1"), t_retry, env_retry, 1)) == 1
+                env_retry = codec.decode(raw_retry)
+                assert (
+                    run(
+                        client,
+                        settle.retry(
+                            KEYS,
+                            Delivery(queue, qk.inflight("c1"), t_retry),
+                            env_retry,
+                            1,
+                            RetryPolicy().delay(env_retry.attempt),
+                        ),
+                    )
+                    == 1
+                )
                 verdict = settle.after_crash(
                     KEYS,
-                    queue,
-                    qk.inflight("c1"),
-                    t_crash,
-                    raw_crash,
+                    Delivery(queue, qk.inflight("c1"), t_crash, raw_crash),
                     WorkerRegistry().policy,
-                    settings=SETTINGS,
+                    retention=RETENTION,
                 )
                 assert run(client, verdict.call) == 1
                 reply = run(
@@ -353,7 +382,7 @@ def test_i5_every_queue_script_runs_on_redis_cluster(tmp_path: Any, server_binar
                     scripts.ack_claim(
                         pending=qk.pending,
                         inflight=qk.inflight("c1"),
-                        token=qk.token,
+                        token_counter=qk.token_counter,
                         stats=qk.stats,
                         wake=qk.wake,
                         want=1,
@@ -365,12 +394,10 @@ def test_i5_every_queue_script_runs_on_redis_cluster(tmp_path: Any, server_binar
                         client,
                         settle.fail(
                             KEYS,
-                            queue,
-                            qk.inflight("c1"),
-                            int(reply[1]),
+                            Delivery(queue, qk.inflight("c1"), int(reply[1])),
                             jid="j",
                             reason="bad",
-                            settings=SETTINGS,
+                            retention=RETENTION,
                         ),
                     )
                     == 1
@@ -528,7 +555,7 @@ async def test_the_reaper_keeps_a_consumer_whose_beat_came_back_and_forgets_a_si
     now_ms = int(r.time()[0]) * 1000
     r.zadd(BEATS, {"dead": now_ms - 60_000})
     reaper = Reaper(
-        ar, KEYS, WorkerRegistry(), ttl=5.0, logger=capture_logger("test.reaper"), settings=SETTINGS
+        ar, KEYS, WorkerRegistry(), ttl=5.0, logger=capture_logger("test.reaper"), retention=RETENTION
     )
     moved = await reaper.reap_once()
     assert moved == 1
@@ -563,7 +590,7 @@ async def test_a_reaper_uses_its_own_workers_policy_and_the_default_for_unknown_
             [Task("pol", "once"), Task("pol", "unknown"), Task("pol", "unknown", attempt=1)]
         )
     await claim(ar, "pol", "gone", want=3)
-    reaper = Reaper(ar, KEYS, registry, ttl=5.0, logger=capture_logger("test.reaper2"), settings=SETTINGS)
+    reaper = Reaper(ar, KEYS, registry, ttl=5.0, logger=capture_logger("test.reaper2"), retention=RETENTION)
     await reaper.reap("gone", forget_if_silent=False, queues=["pol"])
     back = pending(r, "pol")
     assert [(e["operation"], e["attempt"]) for e in back] == [("unknown", 1)]

@@ -24,7 +24,7 @@ from tests.queue_helpers import (
 )
 
 from fencekit import Client, Task, current_job
-from fencekit._redis.store import async_client, sync_client
+from fencekit._redis.clients import async_client, sync_client
 from fencekit.testing import RedisServer
 
 

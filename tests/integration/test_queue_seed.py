@@ -428,9 +428,9 @@ async def test_every_task_message_contains_the_jid(redis_url: str, r: Any) -> No
             raise RuntimeError("nope")
 
     server = new_server(redis_url, Ok, Flaky)
-    server.logger = capture_logger("myapp.fencekit.runtime.server")
+    server.logger = capture_logger("myapp.fencekit.server")
     client = Client(redis_url=redis_url)
-    client.logger = capture_logger("myapp.fencekit.queue.client")
+    client.logger = capture_logger("myapp.fencekit.client")
     async with client, running(server):
         ok = await client.enqueue(Task("logs", "ok"))
         flaky = await client.enqueue(Task("logs", "flaky"))

@@ -23,6 +23,8 @@ from tests.queue_helpers import eventually, messages, new_server, running, stats
 
 import fencekit
 from fencekit import Client, DistributedLock, FenceGate, IdempotencyGuard, StoreError, Task, idempotency_key
+from fencekit._redis.clients import async_client
+from fencekit._redis.hotpath import LeanConnection
 from fencekit.testing import RedisServer, find_server_binary, wait_until
 from fencekit.testing.tls import TLSRedisServer
 
@@ -238,6 +240,38 @@ async def test_tls_without_the_ca_is_refused(tls_redis: TLSRedisServer) -> None:
     async with Client(url) as client:
         with pytest.raises(StoreError, match=r"(?i)certificate|SSL"):
             await client.enqueue(Task("sec", "echo", {"n": 1}))
+
+
+async def test_both_kinds_of_connection_read_ssl_check_hostname_alike(tmp_path: Path) -> None:
+    """One URL, one TLS configuration: redis-py once read ``ssl_check_hostname=yes`` as False.
+
+    The server also listens on 127.0.0.2, an address its certificate does not
+    name: with the host-name check on, the redis-py client and the hot-path
+    connection must both refuse it; with it off, both must connect.
+    """
+    server = TLSRedisServer(
+        tmp_path / "tls2", binary=find_server_binary("redis"), config={"bind": "127.0.0.1 127.0.0.2"}
+    )
+    with server:
+        unnamed = server.url().replace("127.0.0.1", "127.0.0.2")
+        for word, refused in (("yes", True), ("1", True), ("true", True), ("no", False), ("0", False)):
+            url = f"{unnamed}&ssl_check_hostname={word}"
+            client = async_client(url)
+            try:
+                if refused:
+                    with pytest.raises(redis.exceptions.ConnectionError, match=r"(?i)mismatch|hostname"):
+                        await client.ping()
+                else:
+                    assert await client.ping()
+            finally:
+                await client.aclose()
+            if refused:
+                with pytest.raises(StoreError, match=r"(?i)mismatch|hostname"):
+                    await LeanConnection.open(url)
+            else:
+                conn = await LeanConnection.open(url)
+                assert await conn.execute("PING") == b"PONG"
+                await conn.aclose()
 
 
 def test_tls_plaintext_connection_is_refused(tls_redis: TLSRedisServer) -> None:

@@ -23,14 +23,16 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
+from fencekit._redis.clients import async_client
 from fencekit._redis.keys import KeySpace
-from fencekit._redis.store import async_client, parse_url
+from fencekit._redis.url import parse_url
 from fencekit.queue.client import Client
 from fencekit.queue.task import Task
 from fencekit.runtime.server import Server
 from fencekit.testing import RedisServer
-from fencekit.web import WebServer, create_app, web_for_server
+from fencekit.web import WebServer, create_app
 from fencekit.web.source import AdminSource, DurationHistogram
+from fencekit.web.views import ChildView
 
 HOSTILE = "<img/src=x/onerror=alert(1)>"
 HOSTILE_OP = "<script>alert(2)</script>"
@@ -104,7 +106,7 @@ async def scenario(redis_url: str) -> AsyncIterator[Scenario]:
         async_client(target),
         KeySpace(),
         [HOSTILE, "emails", "slow", "reports"],
-        durations=lambda: server.consumer.stats.durations if server.consumer is not None else [],
+        durations=server.durations,
         target=target,
         heartbeat_ttl=5.0,
     )
@@ -534,10 +536,10 @@ async def test_a_durations_callable_may_return_a_whole_histogram(redis_url: str)
 
 
 async def test_pool_children_show_on_the_page_and_in_metrics(redis_url: str) -> None:
-    children = [
-        {"pid": 4242, "slot": 0, "restarts": 0, "uptime": 75.5, "alive": True, "processed": 7},
-        {"pid": 4243, "slot": 1, "restarts": 3, "uptime": 0.0, "alive": False},
-    ]
+    children = (
+        ChildView(pid=4242, slot=0, restarts=0, uptime=75.5, alive=True, processed=7),
+        ChildView(pid=4243, slot=1, restarts=3, uptime=0.0, alive=False),
+    )
     histogram = DurationHistogram()
     for seconds in (0.002, 0.02, 0.2, 70.0):
         histogram.observe(seconds)
@@ -570,20 +572,23 @@ async def test_pool_children_show_on_the_page_and_in_metrics(redis_url: str) -> 
 # serving --------------------------------------------------------------------------------
 
 
-async def test_web_for_server_serves_the_servers_settings(redis_url: str) -> None:
+async def test_a_running_server_serves_its_web_pages_with_its_settings(redis_url: str) -> None:
     server = Server(redis_url, web_port=0, admin_username=USER, admin_password=PASSWORD)
     server.add_workers(Quick)
-    web = web_for_server(server)
-    await web.start()
+    run = asyncio.create_task(server.run())
     try:
+        await asyncio.wait_for(server.started.wait(), 10)
+        web = server.web
+        assert web is not None
         assert web.port != 0
         async with httpx.AsyncClient(base_url=web.url) as http:
             assert (await http.get("/admin")).status_code == 401
             page = (await http.get("/admin", auth=AUTH)).text
             assert "&lt;img/src=x/onerror=alert(1)&gt;" in page
     finally:
-        await web.stop()
-        await server._redis.aclose()
+        server.stop()
+        await asyncio.wait_for(run, 10)
+    assert server.web is None  # stopped with the server
 
 
 async def test_open_admin_on_a_non_loopback_address_logs_a_warning(

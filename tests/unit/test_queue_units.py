@@ -16,10 +16,9 @@ import pytest
 
 from fencekit import ConfigError, PayloadError, RetryPolicy, Server, Task
 from fencekit._redis import scripts
-from fencekit._redis.keys import KeySpace
-from fencekit._redis.store import parse_url
+from fencekit._redis.keys import KeySpace, job_resource
+from fencekit._redis.url import parse_url
 from fencekit.queue.codec import decode, encode
-from fencekit.queue.job import job_resource
 from fencekit.queue.worker import WorkerRegistry, inspect_worker
 
 # -- codec --------------------------------------------------------------------------------
@@ -150,7 +149,7 @@ def test_deeply_nested_params_are_refused() -> None:
 def test_the_retry_delay_is_one_second_times_one_point_five_to_the_attempt(
     attempt: int, seconds: float
 ) -> None:
-    assert RetryPolicy.delay(attempt) == pytest.approx(seconds)
+    assert RetryPolicy().delay(attempt) == pytest.approx(seconds)
 
 
 def test_a_task_runs_at_most_one_plus_retry_count_times() -> None:
@@ -367,7 +366,32 @@ def test_unix_and_rediss_urls_parse() -> None:
     assert s.port == 6380
     assert s.db == 1
     assert s.password == "pw"
-    assert ("ssl_cert_reqs", "none") in s.ssl_options
+    assert s.tls is not None
+    assert s.tls.cert_reqs == "none"
+
+
+@pytest.mark.parametrize(
+    ("word", "checks"),
+    [("yes", True), ("1", True), ("TRUE", True), ("on", True), ("no", False), ("0", False), ("false", False)],
+)
+def test_one_url_gives_one_tls_configuration_to_both_kinds_of_connection(word: str, checks: bool) -> None:
+    """``ssl_check_hostname=yes`` once meant False for redis-py and True for the hot path."""
+    target = parse_url(f"rediss://redis.example:6380/0?ssl_check_hostname={word}")
+    assert target.tls is not None
+    assert target.tls.check_hostname is checks
+    assert target.connection_kwargs()["ssl_check_hostname"] is checks
+    assert target.tls.context(target.redacted()).check_hostname is checks
+
+
+def test_tls_options_are_checked_when_the_url_is_parsed() -> None:
+    with pytest.raises(ConfigError, match="ssl_check_hostname must be true or false"):
+        parse_url("rediss://h/0?ssl_check_hostname=maybe")
+    with pytest.raises(ConfigError, match="ssl_cert_reqs must be none, optional or required"):
+        parse_url("rediss://h/0?ssl_cert_reqs=sometimes")
+    relaxed = parse_url("rediss://h/0?ssl_cert_reqs=none")
+    assert relaxed.tls is not None
+    assert relaxed.tls.verifies_hostname is False  # no certificate check, so no host-name check either
+    assert relaxed.connection_kwargs()["ssl_check_hostname"] is False
 
 
 def test_building_clients_emits_no_deprecation_warning() -> None:
@@ -376,7 +400,7 @@ def test_building_clients_emits_no_deprecation_warning() -> None:
     import warnings
 
     from fencekit import Client
-    from fencekit._redis.store import async_client, sync_client
+    from fencekit._redis.clients import async_client, sync_client
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -444,7 +468,7 @@ def every_call(keys: KeySpace, queue: str) -> dict[str, scripts.Call]:
         "ack_claim": scripts.ack_claim(
             pending=qk.pending,
             inflight=inflight,
-            token=qk.token,
+            token_counter=qk.token_counter,
             stats=qk.stats,
             wake=qk.wake,
             want=1,

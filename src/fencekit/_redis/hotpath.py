@@ -43,62 +43,26 @@ from __future__ import annotations
 
 import asyncio
 import math
-import ssl
 from collections import deque
 from collections.abc import Sequence
 from typing import Any, cast
 
 import hiredis
 
+from fencekit._redis.clients import resolve_address
 from fencekit._redis.resp import RespArg, pack_command, pack_commands, pack_evalsha
+from fencekit._redis.run import is_readonly, translate_reply
 from fencekit._redis.scripts import Call, Script
-from fencekit._redis.store import RedisTarget, parse_url, resolve_address
-from fencekit.errors import ConfigError, FenceKitError, StoreError, script_error
+from fencekit._redis.url import RedisTarget, parse_url
+from fencekit.errors import ConfigError, FenceKitError, StoreError
 
 __all__ = ["LeanConnection"]
 
 _ReplyError = hiredis.ReplyError
 _INF = math.inf
-_CERT_REQS = {
-    "none": ssl.CERT_NONE,
-    "optional": ssl.CERT_OPTIONAL,
-    "required": ssl.CERT_REQUIRED,
-}
-_TRUE = frozenset(("1", "true", "yes", "on"))
-_FALSE = frozenset(("0", "false", "no", "off"))
-
 # A queued request: its future, how many replies it waits for (0: one reply,
 # returned bare; n >= 1: a list of n replies) and its reply timeout.
 _Waiter = tuple["asyncio.Future[Any]", int, float]
-
-
-def _ssl_context(target: RedisTarget) -> ssl.SSLContext:
-    """The TLS context for a ``rediss://`` target, with redis-py's defaults.
-
-    Certificates are required and the host name is checked unless the URL
-    says otherwise (``ssl_cert_reqs=none`` turns both off).
-    """
-    options = dict(target.ssl_options)
-    reqs_text = options.get("ssl_cert_reqs", "required").lower()
-    if reqs_text not in _CERT_REQS:
-        raise ConfigError(f"ssl_cert_reqs must be none, optional or required, got {reqs_text!r}")
-    verify_mode = _CERT_REQS[reqs_text]
-    check_text = options.get("ssl_check_hostname", "true").lower()
-    if check_text not in _TRUE | _FALSE:
-        raise ConfigError(f"ssl_check_hostname must be true or false, got {check_text!r}")
-    context = ssl.create_default_context()
-    context.check_hostname = check_text in _TRUE and verify_mode != ssl.CERT_NONE
-    context.verify_mode = verify_mode
-    certfile, keyfile = options.get("ssl_certfile"), options.get("ssl_keyfile")
-    ca_certs = options.get("ssl_ca_certs")
-    try:
-        if certfile or keyfile:
-            context.load_cert_chain(certfile or cast(str, keyfile), keyfile)
-        if ca_certs:
-            context.load_verify_locations(cafile=ca_certs)
-    except OSError as exc:  # ssl.SSLError included
-        raise ConfigError(f"cannot load TLS certificates for {target.redacted()}: {exc}") from exc
-    return context
 
 
 class LeanConnection(asyncio.Protocol):
@@ -165,7 +129,7 @@ class LeanConnection(asyncio.Protocol):
             else:
                 host, port = address
                 conn._address = f"{host}:{port}"
-                context = _ssl_context(target) if target.tls else None
+                context = target.tls.context(target.redacted()) if target.tls is not None else None
                 connecting = loop.create_connection(
                     lambda: conn,
                     host,
@@ -291,7 +255,7 @@ class LeanConnection(asyncio.Protocol):
 
         ``NOSCRIPT`` loads the script and calls again in one more round trip.
         A refusal reported by the script is raised as the exception
-        :func:`fencekit.errors.script_error` maps it to; any other error reply
+        :func:`fencekit._redis.run.translate_reply` maps it to; any other error reply
         as :class:`~fencekit.errors.StoreError`.
         """
         script = call.script
@@ -371,17 +335,12 @@ class LeanConnection(asyncio.Protocol):
     def _translate(self, error: Any, *, raise_readonly: bool = False) -> FenceKitError:
         """Our exception for an error reply; ``READONLY`` also closes the connection."""
         message = str(error)
-        if message.startswith("READONLY"):
-            reason = f"Redis at {self._address} is a read-only replica now (failover?)"
-            self._abort(reason)
-            exc = StoreError(f"{reason}: {message}; connection closed")
+        exc = translate_reply(message)
+        if is_readonly(message):
+            self._abort(f"Redis at {self._address} is a read-only replica now (failover?)")
             if raise_readonly:
                 raise exc
-            return exc
-        mapped = script_error(message)
-        if mapped is not None:
-            return mapped
-        return StoreError(f"ResponseError: {message}")
+        return exc
 
     # -- timeouts and failure --------------------------------------------
 

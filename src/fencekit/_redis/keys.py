@@ -2,7 +2,7 @@
 
 All keys begin with ``{prefix}:`` (default ``fencekit``). The keys that one Lua
 script touches share one Redis Cluster hash tag, so every script runs on
-Cluster too (DESIGN I5). The schema, with ``P`` the prefix::
+Cluster too (invariant I5 of ``docs/design.md``). The schema, with ``P`` the prefix::
 
     primitives (tag = the resource or key name, or the tag it already carries)
     P:lock:{R}                 STRING owner id, PX lease         DistributedLock
@@ -17,9 +17,13 @@ Cluster too (DESIGN I5). The schema, with ``P`` the prefix::
     P:{Q}:inflight:<consumer>  HASH   token -> envelope, one per consumer incarnation
     P:{Q}:scheduled            ZSET   envelope scored by due time (ms)
     P:{Q}:stats                HASH   enqueued processed failed retried fenced_out dead
-    P:{Q}:dead                 HASH   dead-letter id -> JSON {reason, raw, at}
+    P:{Q}:dead                 HASH   <id> -> raw payload as stored, "<id>:why" -> JSON
+                                      {reason, jid, queue, token, consumer, at}
     P:{Q}:dead:index           ZSET   dead-letter id scored by time (ms)
     P:{Q}:wake                 LIST   at most one marker: "work may be waiting"
+    P:fence:{Q}:job:<jid>      STRING highest token of the task's deliveries whose writes
+                                      stand (raised past a reaped or returned delivery);
+                                      the fence of ``current_job().set_if_fresh``
 
     registry (tag = "registry")
     P:{registry}:consumers     HASH   consumer id -> JSON {host, pid, queues, started}
@@ -86,7 +90,7 @@ class QueueKeys:
 
     name: str
     pending: str
-    token: str
+    token_counter: str
     scheduled: str
     stats: str
     dead: str
@@ -97,6 +101,15 @@ class QueueKeys:
     def inflight(self, consumer_id: str) -> str:
         """The in-flight hash of one consumer incarnation for this queue."""
         return self._inflight_base + consumer_id
+
+
+def job_resource(queue: str, jid: str) -> str:
+    """The fence resource of a task: tagged with its queue, so the queue's scripts reach it.
+
+    Every delivery of the task writes through this one fence, so a newer
+    delivery's token always wins over an older one's.
+    """
+    return f"{{{queue}}}:job:{jid}"
 
 
 class KeySpace:
@@ -124,6 +137,10 @@ class KeySpace:
     def idempotency_result(self, key: str) -> str:
         return self.idempotency(key) + ":result"
 
+    def job_fence(self, queue: str, jid: str) -> str:
+        """The fence key of task ``jid`` of ``queue`` (``P:fence:{Q}:job:<jid>``)."""
+        return self.fence(job_resource(queue, jid))
+
     # queues ---------------------------------------------------------------
     def queue(self, name: str) -> QueueKeys:
         """The keys of queue ``name`` (cached: built once per queue)."""
@@ -133,7 +150,7 @@ class KeySpace:
             keys = QueueKeys(
                 name=name,
                 pending=base + "pending",
-                token=base + "token",
+                token_counter=base + "token",
                 scheduled=base + "scheduled",
                 stats=base + "stats",
                 dead=base + "dead",

@@ -20,9 +20,11 @@ from typing import Any, Protocol
 import redis.asyncio
 from redis.exceptions import RedisError
 
+from fencekit._redis.clients import aclose_client, async_client
+from fencekit._redis.run import Durability, apipeline, translate_error
 from fencekit._redis.scripts import Call
-from fencekit._redis.store import RedisTarget, aclose_client, apipeline, async_client, translate_error
-from fencekit.errors import StoreError
+from fencekit._redis.url import RedisTarget
+from fencekit.errors import ConfigError, StoreError
 
 
 class Link(Protocol):
@@ -48,7 +50,7 @@ async def open_link(target: RedisTarget, *, name: str | None = None, kind: str =
         return await LeanConnection.open(target, name=name)
     if kind == "redis-py":
         return await RedisPyLink.open(target, name=name)
-    raise ValueError(f"unknown link kind {kind!r}")
+    raise ConfigError(f"unknown link kind {kind!r} (lean or redis-py)")
 
 
 class RedisPyLink:
@@ -96,3 +98,8 @@ class RedisPyLink:
     async def aclose(self) -> None:
         self._closed = True
         await aclose_client(self._client)
+
+
+async def wait_replicas(link: Link, durability: Durability) -> int:
+    """``WAIT`` on ``link`` after its writes; how many replicas confirmed them."""
+    return int(await link.execute(*durability.command(), timeout=durability.reply_timeout))

@@ -6,7 +6,7 @@ that file's text (shared helpers such as token issuance live once).
 
 Python never spells KEYS/ARGV positions anywhere else: every script has one
 builder here, taking keys then arguments as named parameters and returning a
-:class:`Call`. Runners (:func:`fencekit._redis.store.run`, :func:`fencekit._redis.store.arun`,
+:class:`Call`. Runners (:func:`fencekit._redis.run.run`, :func:`fencekit._redis.run.arun`,
 the lean connection) execute a ``Call`` by SHA and load the script on
 ``NOSCRIPT``.
 """
@@ -18,6 +18,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
+
+from fencekit.errors import ConfigError
 
 Arg = bytes | str | int | float
 
@@ -50,7 +52,7 @@ def _expand(source: str, seen: frozenset[str] = frozenset()) -> str:
     def include(match: re.Match[str]) -> str:
         name = match.group(1)
         if name in seen:
-            raise ValueError(f"recursive --!include of {name}")
+            raise ConfigError(f"recursive --!include of {name}")
         return _expand(_read(name), seen | {name})
 
     return _INCLUDE.sub(include, source)
@@ -154,10 +156,17 @@ def enqueue(
 
 
 def ack_claim(
-    *, pending: str, inflight: str, token: str, stats: str, wake: str, want: int, acks: Sequence[Arg]
+    *,
+    pending: str,
+    inflight: str,
+    token_counter: str,
+    stats: str,
+    wake: str,
+    want: int,
+    acks: Sequence[Arg],
 ) -> Call:
     """Acknowledge ``acks`` and claim up to ``want``; reply ``{fenced, first, envs…}`` (``ack_claim.lua``)."""
-    return call("ack_claim", (pending, inflight, token, stats, wake), (want, *acks))
+    return call("ack_claim", (pending, inflight, token_counter, stats, wake), (want, *acks))
 
 
 def retry(*, inflight: str, scheduled: str, stats: str, token: int, delay_ms: int, envelope: bytes) -> Call:

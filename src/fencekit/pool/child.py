@@ -7,14 +7,16 @@ are the supervisor's; it only claims, performs and settles, and its event
 loop ticks its slot of the shared :class:`~fencekit.pool.board.Board` so the
 supervisor can tell a hung child from a busy one.
 
-Fork hygiene (DESIGN, "What has been measured"): a forked child first drops
+Fork hygiene (``docs/design.md``, "What has been measured"): a forked child first drops
 the signal wakeup fd and handlers it inherited, forgets the parent's running
 loop and policy, drops ``NOTIFY_SOCKET``, reseeds ``random`` and the id
 sequence, builds its own connections, and always leaves with ``os._exit`` so
 no finalizer of an inherited object runs.
 
-SIGTERM stops claiming and lets running tasks finish within ``grace``; the
-rest go back to their queues. SIGINT and SIGHUP are ignored: a terminal's
+After connecting it runs the APP's ``on_startup`` hooks (each child has its
+own resources, as a ``Server`` has), serves, and runs ``on_shutdown`` after
+its consumer stopped. SIGTERM stops claiming and lets running tasks finish
+within ``grace``; the rest go back to their queues. SIGINT and SIGHUP are ignored: a terminal's
 Ctrl-C reaches the whole process group, and the supervisor decides.
 """
 
@@ -28,25 +30,29 @@ import signal
 import sys
 import time
 import traceback
-from dataclasses import asdict, dataclass
-from typing import NoReturn
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
 
 import orjson
 
+from fencekit._log import FORMAT
+from fencekit._redis.clients import aclose_client, async_client
 from fencekit._redis.keys import KeySpace
-from fencekit._redis.store import aclose_client, async_client, parse_url
+from fencekit._redis.url import parse_url
 from fencekit.errors import ConfigError, FenceKitError, StoreError
 from fencekit.pool.board import READY, STARTING, STOPPING, TICK, Board
 from fencekit.queue import ids
-from fencekit.queue.client import durability
+from fencekit.queue.client import Client
 from fencekit.queue.consumer import Consumer
 from fencekit.queue.loops import Backoff
-from fencekit.queue.settle import DEFAULT_FENCE_TTL_MS, DEFAULT_KEEP_DEAD, SettleSettings
+from fencekit.queue.registry import lease_ok
 from fencekit.queue.worker import WorkerRegistry
+from fencekit.runtime.app import App, load_app, load_worker_paths
+from fencekit.runtime.exits import ExitCode
+from fencekit.runtime.hooks import run_hooks
+from fencekit.settings import PoolSettings, resolve
 
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_BOOT_ERROR = 3
+__all__ = ["ChildConfig", "fork_hygiene", "main", "new_loop", "run_and_exit"]
 
 _INHERITED_SIGNALS = (
     signal.SIGTERM,
@@ -61,34 +67,46 @@ _INHERITED_SIGNALS = (
 
 @dataclass(frozen=True, slots=True)
 class ChildConfig:
-    """Everything a child needs; JSON-encodable for exec'd children."""
+    """Everything a child needs besides its workers; JSON for exec'd children.
+
+    ``settings`` are the pool's resolved settings (:class:`fencekit.settings.PoolSettings`);
+    an exec'd child checks them again, and imports its workers from ``app``
+    (the APP spec) or ``worker_paths``.
+    """
 
     slot: int
     consumer_id: str
-    redis_url: str
-    prefix: str
-    concurrency: int
-    grace: float
-    heartbeat_ttl: float
     board_fd: int
     board_slots: int
-    log_level: str = "INFO"
-    link: str = "lean"
-    fence_ttl_ms: int = DEFAULT_FENCE_TTL_MS
-    keep_dead: int = DEFAULT_KEEP_DEAD
+    settings: dict[str, Any]
     app: str | None = None
-    worker_paths: tuple[str, ...] = ()
-    durable_replicas: int = 0
-    durable_timeout: float = 1.0
+    worker_paths: tuple[str, ...] = field(default_factory=tuple)
 
     def to_json(self) -> bytes:
-        return orjson.dumps(asdict(self))
+        return orjson.dumps(
+            {
+                "slot": self.slot,
+                "consumer_id": self.consumer_id,
+                "board_fd": self.board_fd,
+                "board_slots": self.board_slots,
+                "settings": self.settings,
+                "app": self.app,
+                "worker_paths": list(self.worker_paths),
+            }
+        )
 
     @classmethod
     def from_json(cls, raw: bytes) -> ChildConfig:
         data = orjson.loads(raw)
-        data["worker_paths"] = tuple(data.get("worker_paths", ()))
-        return cls(**data)
+        return cls(
+            slot=int(data["slot"]),
+            consumer_id=str(data["consumer_id"]),
+            board_fd=int(data["board_fd"]),
+            board_slots=int(data["board_slots"]),
+            settings=resolve(PoolSettings, data["settings"], environ={}, owner="pool child"),
+            app=data.get("app"),
+            worker_paths=tuple(data.get("worker_paths", ())),
+        )
 
 
 def fork_hygiene() -> None:
@@ -119,19 +137,21 @@ def new_loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
-def run(config: ChildConfig, registry: WorkerRegistry, board: Board, logger: logging.Logger) -> NoReturn:
+def run_and_exit(config: ChildConfig, app: App, board: Board, logger: logging.Logger) -> NoReturn:
     """Run the child to its end and leave the process with ``os._exit``."""
-    code = EXIT_ERROR
+    code = ExitCode.ERROR
     try:
+        registry = WorkerRegistry()
+        registry.add(app.workers)
         loop = new_loop()
         asyncio.set_event_loop(loop)
-        code = loop.run_until_complete(_serve(config, registry, board, logger))
+        code = loop.run_until_complete(_serve(config, app, registry, board, logger))
     except ConfigError as exc:
         logger.error("child %d: %s", config.slot, exc)
-        code = EXIT_BOOT_ERROR
+        code = ExitCode.BOOT
     except BaseException:
         logger.error("child %d crashed:\n%s", config.slot, traceback.format_exc())
-        code = EXIT_ERROR
+        code = ExitCode.ERROR
     finally:
         for stream in (sys.stdout, sys.stderr):
             try:
@@ -141,27 +161,28 @@ def run(config: ChildConfig, registry: WorkerRegistry, board: Board, logger: log
         os._exit(code)
 
 
-async def _serve(config: ChildConfig, registry: WorkerRegistry, board: Board, logger: logging.Logger) -> int:
+async def _serve(
+    config: ChildConfig, app: App, registry: WorkerRegistry, board: Board, logger: logging.Logger
+) -> ExitCode:
     loop = asyncio.get_running_loop()
     pid = os.getpid()
     stop = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
-    target = parse_url(config.redis_url)
+    settings = config.settings
+    target = parse_url(settings["redis_url"])
     redis = async_client(target)
-    half_ttl = config.heartbeat_ttl / 2
+    ttl = settings["heartbeat_ttl"]
     consumer = Consumer(
         target=target,
-        keys=KeySpace(config.prefix),
+        keys=KeySpace(settings["prefix"]),
         registry=registry,
         consumer_id=config.consumer_id,
-        concurrency=config.concurrency,
+        settings=settings,
         redis_client=redis,
         logger=logger,
-        settings=SettleSettings(config.fence_ttl_ms, config.keep_dead),
-        link_kind=config.link,
-        lease_ok=lambda: time.monotonic() - board.beat_ok() < half_ttl,
-        durable=durability(config.durable_replicas, config.durable_timeout),
+        lease_ok=lambda: lease_ok(board.beat_ok(), ttl),
     )
+    client = Client.sharing(settings, redis)
     state = STARTING
 
     async def ticker() -> None:
@@ -173,40 +194,23 @@ async def _serve(config: ChildConfig, registry: WorkerRegistry, board: Board, lo
 
     ticking = asyncio.create_task(ticker())
     try:
-        backoff = Backoff(logger, f"child {config.slot}: connecting to Redis")
-        while not stop.is_set():
-            try:
-                await consumer.connect()
-                break
-            except StoreError as exc:
-                try:
-                    await asyncio.wait_for(stop.wait(), backoff.failed(exc))
-                except asyncio.TimeoutError:
-                    pass
-        if stop.is_set():
-            return EXIT_OK
-        backoff.succeeded()
+        if not await _connect(consumer, stop, logger, config.slot):
+            return ExitCode.OK
+        await run_hooks(app.on_startup, client)
         state = READY
         board.tick(config.slot, time.monotonic(), state, pid, 0, consumer.stats.durations)
-        from fencekit.compiled import describe
-
-        logger.info(
-            "child %d (pid %d, %s) serving %s: loop %s, %s",
-            config.slot,
-            pid,
-            config.consumer_id,
-            ", ".join(consumer.queues),
-            type(loop).__module__.split(".")[0],
-            ", ".join(f"{k} {v}" for k, v in describe().items()),
-        )
+        _log_serving(logger, config, consumer, loop)
         consuming = asyncio.create_task(consumer.run())
         stopping = asyncio.create_task(stop.wait())
         await asyncio.wait({consuming, stopping}, return_when=asyncio.FIRST_COMPLETED)
         state = STOPPING
         if not consuming.done():
-            await consumer.stop(config.grace)
-        await consuming
-        return EXIT_OK
+            await consumer.stop(settings["grace"])
+        try:
+            await consuming
+        finally:
+            await run_hooks(app.on_shutdown, client)
+        return ExitCode.OK
     finally:
         ticking.cancel()
         board.tick(
@@ -215,23 +219,51 @@ async def _serve(config: ChildConfig, registry: WorkerRegistry, board: Board, lo
         await aclose_client(redis)
 
 
+async def _connect(consumer: Consumer, stop: asyncio.Event, logger: logging.Logger, slot: int) -> bool:
+    """Open the hot path, retrying with back-off; False when asked to stop first."""
+    backoff = Backoff(logger, f"child {slot}: connecting to Redis")
+    while not stop.is_set():
+        try:
+            await consumer.connect()
+        except StoreError as exc:
+            try:
+                await asyncio.wait_for(stop.wait(), backoff.failed(exc))
+            except asyncio.TimeoutError:
+                pass
+            continue
+        backoff.succeeded()
+        return True
+    return False
+
+
+def _log_serving(
+    logger: logging.Logger, config: ChildConfig, consumer: Consumer, loop: asyncio.AbstractEventLoop
+) -> None:
+    from fencekit.compiled import describe
+
+    logger.info(
+        "child %d (pid %d, %s) serving %s: loop %s, %s",
+        config.slot,
+        os.getpid(),
+        config.consumer_id,
+        ", ".join(consumer.queues),
+        type(loop).__module__.split(".")[0],
+        ", ".join(f"{k} {v}" for k, v in describe().items()),
+    )
+
+
 def main() -> NoReturn:
     """Entry of an exec'd child: config as JSON on stdin, workers by import path."""
-    from fencekit.runtime.app import load_app, load_worker_paths
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    config = ChildConfig.from_json(sys.stdin.buffer.read())
-    logging.basicConfig(
-        level=config.log_level, stream=sys.stdout, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logging.basicConfig(level="INFO", stream=sys.stdout, format=FORMAT)
     logger = logging.getLogger("fencekit.pool")
     try:
-        workers = load_app(config.app) if config.app else load_worker_paths(config.worker_paths)
-        registry = WorkerRegistry()
-        registry.add(workers)
+        config = ChildConfig.from_json(sys.stdin.buffer.read())
+        logging.getLogger().setLevel(config.settings["log_level"])
+        app = load_app(config.app) if config.app else App(load_worker_paths(config.worker_paths))
         board = Board(config.board_slots, fd=config.board_fd)
-    except FenceKitError as exc:
-        logger.error("child %d cannot start: %s", config.slot, exc)
-        os._exit(EXIT_BOOT_ERROR)
-    run(config, registry, board, logger)
+    except (FenceKitError, ValueError, KeyError) as exc:
+        logger.error("pool child cannot start: %s", exc)
+        os._exit(ExitCode.BOOT)
+    run_and_exit(config, app, board, logger)

@@ -16,7 +16,7 @@ import socket
 from pathlib import Path
 
 from fencekit._redis.process import RedisServer, ServerBinaryMissing, find_server_binary, valkey_binary
-from fencekit._redis.store import DEFAULT_URL
+from fencekit._redis.url import DEFAULT_URL
 from fencekit.errors import ConfigError
 
 

@@ -1,25 +1,26 @@
 """The supervisor: starts, watches and restarts the pool's children.
 
-It runs the components that are not the hot path -- heartbeats for itself
-and its children, the reaper, the scheduler, the web server -- in its own
-event loop, and one child per slot runs the consumer (:mod:`fencekit.pool.child`).
-Same components as ``Server``, placed in two kinds of process.
+It hosts the components that are not the hot path -- heartbeats for its
+children, the reaper, the scheduler, the web server (:mod:`fencekit.runtime.services`,
+the same assembly a ``Server`` uses) -- in its own event loop, and one child
+per slot runs the consumer (:mod:`fencekit.pool.child`).
 
-Children are started by ``fork`` (the command line pool: signals blocked
-around the fork, the child undoes what it inherited) or by exec of
-``python -m fencekit.pool.exec_child`` (embedded in a host that may have threads). The
-supervisor learns of a death at once through a pidfd registered with the
+Children are started by ``fork`` (the command-line pool) or by exec (a pool
+embedded in a host that may have threads; :mod:`fencekit.pool.children`).
+The supervisor learns of a death at once through a pidfd registered with the
 loop -- never ``waitpid(-1)``, which would steal a host's children -- returns
 the dead child's in-flight tasks immediately (a crash is a failed attempt
 under the retry policy) and restarts the slot, with a back-off that grows
 while the slot keeps dying soon after starting. A child whose loop stops
 ticking its liveness slot for ``hang_timeout`` is killed and handled as dead.
+A child that fails while booting stops the whole pool with
+:attr:`~fencekit.runtime.exits.ExitCode.BOOT`.
 
-Stop: children get SIGTERM, stop claiming, finish within ``grace`` and return
-the rest; a child still alive after that is killed and its tasks returned as
-they were. :meth:`Supervisor.stop` with ``fast=True`` (a second signal) kills
-at once and returns the tasks. :meth:`Supervisor.rolling_restart` (SIGHUP)
-replaces the children one by one without losing a task.
+Signals are methods (gunicorn's arbiter): :meth:`Supervisor.handle_term` and
+:meth:`~Supervisor.handle_int` stop gracefully, a second one at once;
+:meth:`~Supervisor.handle_quit` stops at once; :meth:`~Supervisor.handle_hup`
+replaces the children one by one without losing a task. The command line
+installs them; an embedded pool installs none.
 """
 
 from __future__ import annotations
@@ -28,177 +29,126 @@ import asyncio
 import logging
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
-import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Collection, Coroutine, Mapping
+from typing import TYPE_CHECKING, Any
 
 from fencekit._redis.keys import KeySpace
-from fencekit._redis.store import aclose_client, async_client, parse_url, translated
+from fencekit._redis.url import parse_url
 from fencekit.errors import ConfigError, StoreError
 from fencekit.pool import sdnotify
 from fencekit.pool.board import READY, Board
-from fencekit.pool.child import EXIT_BOOT_ERROR, ChildConfig, fork_hygiene
-from fencekit.pool.child import run as run_child
-from fencekit.queue.client import durability
-from fencekit.queue.heartbeat import HOSTNAME, Heartbeat, consumer_info
+from fencekit.pool.child import ChildConfig
+from fencekit.pool.children import Child, ChildState, collect, describe_exit, exec_child, fork_child
+from fencekit.queue.client import Client
 from fencekit.queue.histogram import DurationHistogram
-from fencekit.queue.reaper import Reaper
-from fencekit.queue.scheduler import Scheduler
-from fencekit.queue.settle import SettleSettings
+from fencekit.queue.loops import Backoff, Loop
+from fencekit.queue.registry import ConsumerRecord, consumer_id
 from fencekit.queue.worker import WorkerRegistry
+from fencekit.runtime.app import App
+from fencekit.runtime.exits import ExitCode
+from fencekit.runtime.hooks import run_hooks
+from fencekit.runtime.services import STOP_STEP, Services
+from fencekit.settings import PoolSettings
+
+if TYPE_CHECKING:
+    from fencekit.web.views import ChildView
+
+__all__ = ["Supervisor"]
 
 QUICK_DEATH = 5.0  # a child dying sooner than this after its start counts toward back-off
 MAX_BACKOFF = 30.0
 HANG_CHECK = 0.5
-STOP_STEP = 5.0  # the most one step of returning tasks or shutting down may take
-
-
-@dataclass(slots=True)
-class PoolSettings:
-    """The pool's knobs, shared by the command line and the embedding API."""
-
-    redis_url: str
-    procs: int
-    concurrency: int = 1
-    prefix: str = "fencekit"
-    heartbeat_ttl: float = 30.0
-    grace: float = 10.0
-    hang_timeout: float | None = None  # default: the heartbeat TTL
-    web_port: int | None = 3030
-    web_host: str = "127.0.0.1"
-    admin_username: str | None = None
-    admin_password: str | None = None
-    log_level: str = "INFO"
-    link: str = "lean"
-    settle: SettleSettings = field(default_factory=SettleSettings)
-    durable_replicas: int = 0
-    durable_timeout: float = 1.0
-
-    def validate(self) -> None:
-        for name, value, low in (("procs", self.procs, 1), ("concurrency", self.concurrency, 1)):
-            if type(value) is not int or value < low:
-                raise ConfigError(f"{name} must be an int >= {low}, got {value!r}")
-        for name, number, minimum in (("heartbeat_ttl", self.heartbeat_ttl, 0.5), ("grace", self.grace, 0.0)):
-            if isinstance(number, bool) or not isinstance(number, (int, float)) or number < minimum:
-                raise ConfigError(f"{name} must be a number >= {minimum}, got {number!r}")
-        if self.web_port is not None and (type(self.web_port) is not int or not 0 <= self.web_port < 65536):
-            raise ConfigError(f"web_port must be an int from 0 to 65535, got {self.web_port!r}")
-        if self.link not in ("lean", "redis-py"):
-            raise ConfigError(f"link must be 'lean' or 'redis-py', got {self.link!r}")
-        parse_url(self.redis_url)
-        durability(self.durable_replicas, self.durable_timeout)
-
-    @property
-    def effective_hang_timeout(self) -> float:
-        return self.hang_timeout if self.hang_timeout is not None else self.heartbeat_ttl
-
-
-@dataclass(slots=True)
-class Child:
-    """One slot's current process."""
-
-    slot: int
-    consumer_id: str
-    pid: int = 0
-    pidfd: int = -1
-    popen: subprocess.Popen[bytes] | None = None
-    started: float = 0.0
-    restarts: int = 0
-    quick_deaths: int = 0
-    ready: bool = False
-    alive: bool = False
-    exited: asyncio.Future[int] | None = None
-    info: dict[str, Any] = field(default_factory=dict)
 
 
 class Supervisor:
-    """Forks (or execs) and watches the children; hosts the shared components."""
+    """Forks (or execs) and watches the children; hosts the shared services."""
 
     def __init__(
         self,
         settings: PoolSettings,
-        registry: WorkerRegistry,
+        app: App,
         *,
         spawn: str = "fork",
-        app: str | None = None,
+        app_spec: str | None = None,
         worker_paths: tuple[str, ...] = (),
         logger: logging.Logger | None = None,
-        web_factory: Callable[[Supervisor], Any] | None = None,
     ) -> None:
-        settings.validate()
+        """``app_spec`` or ``worker_paths`` tell exec'd children what to import."""
         if spawn not in ("fork", "exec"):
             raise ConfigError(f"spawn must be 'fork' or 'exec', got {spawn!r}")
-        if spawn == "exec" and not app and not worker_paths:
-            raise ConfigError("exec'd children need the APP import path or the workers' import paths")
-        if not len(registry):
-            raise ConfigError("the pool has no workers")
         self.settings = settings
-        self.registry = registry
-        self.spawn = spawn
         self.app = app
+        self.registry = WorkerRegistry()
+        self.registry.add(app.workers)
+        self.spawn = spawn
+        self.app_spec = app_spec
         self.worker_paths = worker_paths
         self.logger = logger or logging.getLogger("fencekit.pool")
-        self.keys = KeySpace(settings.prefix)
-        self.target = parse_url(settings.redis_url)
-        self.queues = registry.queues
-        self.children = [Child(slot, "") for slot in range(settings.procs)]
+        self.target = parse_url(settings["redis_url"])
+        self.queues = self.registry.queues
+        self.children = [Child(slot) for slot in range(settings["procs"])]
         self.board: Board | None = None
-        self.redis = async_client(self.target)
-        self.heartbeat = Heartbeat(
-            self.redis, self.keys, settings.heartbeat_ttl, self.logger, self._beat_entries, self._beat_ok
+        self.services = Services(
+            self,
+            settings=settings,
+            target=self.target,
+            keys=KeySpace(settings["prefix"]),
+            registry=self.registry,
+            logger=self.logger,
         )
-        self.reaper = Reaper(
-            self.redis,
-            self.keys,
-            registry,
-            settings.heartbeat_ttl,
-            self.logger,
-            settings.settle,
-            alive=self._alive_ids,
-        )
-        self.scheduler = Scheduler(self.redis, self.keys, self.queues, self.logger)
-        self.web_factory = web_factory
-        self.web: Any = None
+        self.keys = self.services.keys
         self.stopping = False
-        self.exit_code = 0
+        self.exit_code = ExitCode.OK
         self.ready = asyncio.Event()
         self.stopped = asyncio.Event()
-        self._loops: list[asyncio.Task[None]] = []
-        self._pending: set[asyncio.Task[Any]] = set()
-        self._started_at = time.monotonic()
-        self._retired = DurationHistogram()
-        self._warned_threads = False  # durations of children that have exited
+        self._pending: set[asyncio.Task[Any]] = set()  # returning dead children's tasks
+        self._control: set[asyncio.Task[Any]] = set()  # stops and restarts asked for by signals
+        self._signals = 0
+        self._last_check = self._resumed = time.monotonic()
+        self._retired = DurationHistogram()  # durations of children that have exited
+        self._warned_threads = False
+
+    @property
+    def web(self) -> Any:
+        return self.services.web
+
+    # signals ------------------------------------------------------------------
+    def handle_term(self) -> None:
+        """SIGTERM: stop gracefully; a second stop signal stops at once."""
+        self._signals += 1
+        self._control_task(self.stop(fast=self._signals > 1))
+
+    handle_int = handle_term
+
+    def handle_quit(self) -> None:
+        """SIGQUIT: stop at once (children killed, their tasks returned)."""
+        self._control_task(self.stop(fast=True))
+
+    def handle_hup(self) -> None:
+        """SIGHUP: replace the children one by one (``systemctl reload``)."""
+        self._control_task(self.rolling_restart())
 
     # lifecycle ----------------------------------------------------------------
     async def start(self) -> None:
-        """Verify Redis, start the children and the shared loops; return when all are ready."""
-        with translated():
-            await self.redis.ping()
-            await self.redis.sadd(self.keys.queues, *self.queues)
-        self.board = Board(self.settings.procs)
+        """Verify Redis, bind the web port, start the children and the loops; return when all serve."""
+        await self.services.open()
+        await self.services.start_web()
+        await run_hooks(self.app.on_pool_startup, Client.sharing(self.settings, self.services.redis))
+        self.board = Board(self.settings["procs"])
         self.board.set_beat_ok(time.monotonic())
         for child in self.children:
             self._new_incarnation(child)
-        await self.heartbeat.beat_once()  # registered before they can claim: the reaper can see them
+        await self.services.beat_once()  # registered before they can claim: the reaper can see them
         for child in self.children:
             self._spawn(child)
-        self._loops = [
-            asyncio.create_task(self.heartbeat.run(), name="fencekit-heartbeat"),
-            asyncio.create_task(self.reaper.run(), name="fencekit-reaper"),
-            asyncio.create_task(self.scheduler.run(), name="fencekit-scheduler"),
-            asyncio.create_task(self._watch_hangs(), name="fencekit-hangs"),
-        ]
+        extra = [Loop("hang watch", self._hang_check, lambda: HANG_CHECK, Backoff(self.logger, "hang watch"))]
         interval = sdnotify.watchdog_interval()
         if interval:
-            self._loops.append(asyncio.create_task(self._watchdog(interval), name="fencekit-watchdog"))
-        if self.web_factory is not None and self.settings.web_port is not None:
-            self.web = self.web_factory(self)
-            await self.web.start()
+            extra.append(Loop("watchdog", self._watchdog, lambda: interval, Backoff(self.logger, "watchdog")))
+        self._last_check = self._resumed = time.monotonic()
+        self.services.start_loops(extra)
         await self._wait_ready()
 
     async def _wait_ready(self) -> None:
@@ -211,17 +161,18 @@ class Supervisor:
         sdnotify.notify(
             "READY=1", f"STATUS=serving {', '.join(self.queues)} with {len(self.children)} children"
         )
+        web = self.services.web
         self.logger.info(
             "pool ready: %d children x concurrency %d on %s, queues %s%s",
             len(self.children),
-            self.settings.concurrency,
+            self.settings["concurrency"],
             self.target.redacted(),
             ", ".join(self.queues),
-            f"; admin page at {self.web.url}/admin" if self.web is not None else "",
+            f"; admin page at {web.url}/admin" if web is not None else "",
         )
 
     async def stop(self, *, fast: bool = False) -> None:
-        """Stop the children (gracefully unless ``fast``), then the shared loops."""
+        """Stop the children (gracefully unless ``fast``), then the shared services."""
         if self.stopping and not fast:
             await self.stopped.wait()
             return
@@ -229,13 +180,13 @@ class Supervisor:
         self.stopping = True
         if first:
             sdnotify.notify("STOPPING=1")
-            self.logger.info("pool stopping (%s)", "fast" if fast else f"grace {self.settings.grace}s")
+            self.logger.info("pool stopping (%s)", "fast" if fast else f"grace {self.settings['grace']}s")
         alive = [c for c in self.children if c.alive]
         for child in alive:
             self._signal(child, signal.SIGKILL if fast else signal.SIGTERM)
         waits = [c.exited for c in alive if c.exited is not None]
         if waits and not fast:
-            await asyncio.wait(waits, timeout=self.settings.grace + 5.0)
+            await asyncio.wait(waits, timeout=self.settings["grace"] + 5.0)
             for child in self.children:
                 if child.alive:
                     self.logger.error("child %d did not stop within the grace period: killing it", child.slot)
@@ -243,29 +194,23 @@ class Supervisor:
         if waits:
             await asyncio.wait(waits, timeout=10.0)
         if self._pending:
-            await self._bounded(
+            await self.services.bounded(
                 "returning the children's tasks", asyncio.gather(*self._pending, return_exceptions=True)
             )
         if not first:
             return
-        for task in self._loops:
-            task.cancel()
-        await self._bounded("stopping the shared loops", asyncio.gather(*self._loops, return_exceptions=True))
-        if self.web is not None:
-            await self._bounded("stopping the web server", self.web.stop())
-        await self._bounded("closing the Redis connections", aclose_client(self.redis))
-        if self.board is not None:
-            self.board.close()
-            self.board = None
-        self.stopped.set()
-        self.logger.info("pool stopped")
-
-    async def _bounded(self, what: str, awaitable: Any) -> None:
-        """A step of the shutdown, given at most :data:`STOP_STEP` seconds: a stop must end."""
+        client = Client.sharing(self.settings, self.services.redis)
         try:
-            await asyncio.wait_for(awaitable, STOP_STEP)
-        except asyncio.TimeoutError:
-            self.logger.error("pool stop: %s took longer than %.0fs; going on without it", what, STOP_STEP)
+            await self.services.bounded(
+                "the on_pool_shutdown hooks", run_hooks(self.app.on_pool_shutdown, client)
+            )
+        finally:
+            await self.services.close()
+            if self.board is not None:
+                self.board.close()
+                self.board = None
+            self.stopped.set()
+            self.logger.info("pool stopped")
 
     async def rolling_restart(self) -> None:
         """Replace the children one by one (SIGHUP); each returns its tasks on the way out."""
@@ -276,7 +221,7 @@ class Supervisor:
             old_pid = child.pid
             if child.alive and child.exited is not None:
                 exited = child.exited
-                child.info["replacing"] = True
+                child.state = ChildState.REPLACING
                 self._signal(child, signal.SIGTERM)
                 await exited
             while not (child.ready and child.pid != old_pid) and not self.stopping:
@@ -287,14 +232,13 @@ class Supervisor:
     # children -----------------------------------------------------------------
     def _new_incarnation(self, child: Child) -> None:
         """A fresh consumer id (never reused) for the next process of ``child``'s slot."""
-        child.consumer_id = f"{HOSTNAME}:{os.getpid()}:child{child.slot}:{uuid.uuid4().hex[:12]}"
-        child.ready = False
-        child.info = {"registering": True}
+        child.consumer_id = consumer_id(f"child{child.slot}")
+        child.state = ChildState.REGISTERING
 
     async def _respawn(self, child: Child) -> None:
         self._new_incarnation(child)
         try:
-            await self.heartbeat.beat_once()
+            await self.services.beat_once()
         except StoreError as exc:  # the child cannot claim without Redis either
             self.logger.warning("could not register child %d before starting it: %s", child.slot, exc)
         if not self.stopping:
@@ -305,48 +249,29 @@ class Supervisor:
         config = ChildConfig(
             slot=child.slot,
             consumer_id=child.consumer_id,
-            redis_url=self.settings.redis_url,
-            prefix=self.settings.prefix,
-            concurrency=self.settings.concurrency,
-            grace=self.settings.grace,
-            heartbeat_ttl=self.settings.heartbeat_ttl,
             board_fd=self.board.fd,
-            board_slots=self.settings.procs,
-            log_level=self.settings.log_level,
-            link=self.settings.link,
-            fence_ttl_ms=self.settings.settle.fence_ttl_ms,
-            keep_dead=self.settings.settle.keep_dead,
-            app=self.app,
+            board_slots=self.settings["procs"],
+            settings=dict(self.settings),
+            app=self.app_spec,
             worker_paths=self.worker_paths,
-            durable_replicas=self.settings.durable_replicas,
-            durable_timeout=self.settings.durable_timeout,
         )
         self.board.reset_slot(child.slot, time.monotonic())
         if self.spawn == "fork":
-            child.pid = self._fork(config)
+            self._warn_threads()
+            child.pid = fork_child(config, self.app, self.board, self.logger)
             child.popen = None
         else:
-            child.popen = subprocess.Popen(
-                [sys.executable, "-m", "fencekit.pool.exec_child"],
-                stdin=subprocess.PIPE,
-                pass_fds=(self.board.fd,),
-                env={k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")},
-            )
-            assert child.popen.stdin is not None
-            child.popen.stdin.write(config.to_json())
-            child.popen.stdin.close()
+            child.popen = exec_child(config)
             child.pid = child.popen.pid
         child.started = time.monotonic()
-        child.alive = True
-        child.info.pop("registering", None)
+        child.state = ChildState.STARTING
         loop = asyncio.get_running_loop()
         child.exited = loop.create_future()
         child.pidfd = os.pidfd_open(child.pid)
         loop.add_reader(child.pidfd, self._on_exit, child)
         self.logger.info("started child %d (pid %d)", child.slot, child.pid)
 
-    def _fork(self, config: ChildConfig) -> int:
-        assert self.board is not None
+    def _warn_threads(self) -> None:
         if threading.active_count() > 1 and not self._warned_threads:
             self._warned_threads = True
             self.logger.warning(
@@ -354,16 +279,6 @@ class Supervisor:
                 "embed the pool with fencekit.pool.Pool (exec'd children) in a threaded host",
                 threading.active_count(),
             )
-        blocked = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD, signal.SIGQUIT}
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
-        try:
-            pid = os.fork()
-            if pid == 0:  # the child: never returns
-                fork_hygiene()
-                run_child(config, self.registry, self.board, self.logger)
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
-        return pid
 
     def _signal(self, child: Child, sig: int) -> None:
         try:
@@ -376,40 +291,22 @@ class Supervisor:
         loop.remove_reader(child.pidfd)
         if self.board is not None:
             self._retired = self._retired + self.board.read_durations(child.slot)
-        status = self._collect(child)
+        code, how = describe_exit(collect(child))
         os.close(child.pidfd)
         child.pidfd = -1
-        child.alive = False
-        child.ready = False
+        expected = self.stopping or child.state is ChildState.REPLACING
+        child.state = ChildState.EXITED
         lived = time.monotonic() - child.started
-        if os.WIFSIGNALED(status):
-            how = f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
-            code = -os.WTERMSIG(status)
-        else:
-            code = os.WEXITSTATUS(status)
-            how = f"exited with code {code}"
-        clean = code == 0 and (self.stopping or child.info.get("replacing"))
-        log = self.logger.info if clean else self.logger.error
+        log = self.logger.info if code == 0 and expected else self.logger.error
         log("child %d (pid %d) %s after %.1fs", child.slot, child.pid, how, lived)
-        task = loop.create_task(self._after_exit(child, code, lived, clean=bool(clean)))
-        self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
+        self._spawn_task(self._after_exit(child, code, lived, expected=expected))
 
-    def _collect(self, child: Child) -> int:
-        if child.popen is not None:
-            child.popen.wait()
-            code = child.popen.returncode
-            return (code << 8) if code >= 0 else -code
-        _, status = os.waitpid(child.pid, 0)
-        return status
-
-    async def _after_exit(self, child: Child, code: int, lived: float, *, clean: bool) -> None:
+    async def _after_exit(self, child: Child, code: int, lived: float, *, expected: bool) -> None:
         try:
             # A crash is a failed attempt; a supervisor-ordered stop returns tasks as they were.
-            crashed = not (self.stopping or child.info.get("replacing"))
             await asyncio.wait_for(
-                self.reaper.reap(
-                    child.consumer_id, forget_if_silent=False, crashed=crashed, queues=self.queues
+                self.services.reaper.reap(
+                    child.consumer_id, forget_if_silent=False, crashed=not expected, queues=self.queues
                 ),
                 STOP_STEP,
             )
@@ -423,13 +320,17 @@ class Supervisor:
                 child.exited.set_result(code)
         if self.stopping:
             return
-        if code == EXIT_BOOT_ERROR and not child.ready:
+        if code == ExitCode.BOOT:
             self.logger.critical("child %d could not boot (see above): stopping the pool", child.slot)
-            self.exit_code = EXIT_BOOT_ERROR
-            self._spawn_task(self.stop())
+            self.exit_code = ExitCode.BOOT
+            self._control_task(self.stop())
             return
+        await self._restart_later(child, lived, expected)
+
+    async def _restart_later(self, child: Child, lived: float, expected: bool) -> None:
+        """Restart the slot, after a back-off that grows while it keeps dying soon after starting."""
         delay = 0.0
-        if child.info.get("replacing"):
+        if expected:
             child.quick_deaths = 0
         elif lived < QUICK_DEATH:
             child.quick_deaths += 1
@@ -449,73 +350,82 @@ class Supervisor:
         if not self.stopping:
             await self._respawn(child)
 
-    def _spawn_task(self, coro: Any) -> None:
+    def _spawn_task(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
+
+    def _control_task(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._control.add(task)
+        task.add_done_callback(self._control.discard)
+
+    async def wait_control(self) -> None:
+        """Wait for the stops and restarts that signals started (the command line's last step)."""
+        if self._control:
+            await asyncio.gather(*self._control, return_exceptions=True)
 
     # watching -----------------------------------------------------------------
     def _read_board(self) -> None:
         if self.board is None:
             return
         for child in self.children:
-            if child.alive and not child.ready:
+            if child.state is ChildState.STARTING:
                 _, state, pid, _ = self.board.read_slot(child.slot)
-                child.ready = state == READY and pid == child.pid
+                if state == READY and pid == child.pid:
+                    child.state = ChildState.SERVING
 
-    async def _watch_hangs(self) -> None:
-        timeout = self.settings.effective_hang_timeout
-        last = resumed = time.monotonic()
-        while True:
-            await asyncio.sleep(HANG_CHECK)
-            if self.board is None:
-                return
-            now = time.monotonic()
-            if now - last > 4 * HANG_CHECK:
-                resumed = now  # the supervisor itself was stopped: so were its children, don't blame them
-            last = now
-            self._read_board()
-            for child in self.children:
-                if not child.alive or not child.ready:
-                    continue
-                tick, _, _, _ = self.board.read_slot(child.slot)
-                silent = now - max(tick, resumed)
-                if silent > timeout and not child.info.get("hung"):
-                    child.info["hung"] = True
-                    self.logger.error(
-                        "child %d (pid %d) is hung: its event loop has not ticked for %.1fs; killing it",
-                        child.slot,
-                        child.pid,
-                        silent,
-                    )
-                    self._signal(child, signal.SIGKILL)
+    async def _hang_check(self) -> None:
+        """Kill a child whose event loop has not ticked its board slot for ``hang_timeout``."""
+        if self.board is None:
+            return
+        timeout = self.settings["hang_timeout"] or self.settings["heartbeat_ttl"]
+        now = time.monotonic()
+        if now - self._last_check > 4 * HANG_CHECK:
+            self._resumed = now  # the supervisor itself was stopped: so were its children, don't blame them
+        self._last_check = now
+        self._read_board()
+        for child in self.children:
+            if child.state is not ChildState.SERVING:
+                continue
+            tick, _, _, _ = self.board.read_slot(child.slot)
+            silent = now - max(tick, self._resumed)
+            if silent > timeout:
+                child.state = ChildState.HUNG
+                self.logger.error(
+                    "child %d (pid %d) is hung: its event loop has not ticked for %.1fs; killing it",
+                    child.slot,
+                    child.pid,
+                    silent,
+                )
+                self._signal(child, signal.SIGKILL)
 
-    async def _watchdog(self, interval: float) -> None:
-        while True:
-            if self.heartbeat.healthy():
-                sdnotify.notify("WATCHDOG=1")
-            await asyncio.sleep(interval)
+    async def _watchdog(self) -> None:
+        """Feed systemd's watchdog while the heartbeat reaches Redis and every loop runs."""
+        if self.services.heartbeat.healthy() and self.services.loops_alive():
+            sdnotify.notify("WATCHDOG=1")
 
-    def _beat_entries(self) -> dict[str, dict[str, Any]]:
+    # the Placement of the shared services ------------------------------------
+    def beat_entries(self) -> Mapping[str, ConsumerRecord]:
         return {
-            c.consumer_id: consumer_info(
+            c.consumer_id: ConsumerRecord.new(
                 c.consumer_id,
                 self.queues,
-                self.settings.concurrency,
-                kind="pool-child",
+                self.settings["concurrency"],
+                "pool-child",
                 slot=c.slot,
                 pid=c.pid if c.alive else None,
                 supervisor=os.getpid(),
             )
             for c in self.children
-            if (c.alive or c.info.get("registering")) and not c.info.get("hung")
+            if c.state.beating
         }
 
-    def _alive_ids(self) -> set[str]:
+    def alive_consumers(self) -> Collection[str]:
         """Consumers this supervisor knows are alive: its reaper leaves them alone."""
-        return {c.consumer_id for c in self.children if c.alive and not c.info.get("hung")}
+        return {c.consumer_id for c in self.children if c.state.trusted}
 
-    def _beat_ok(self, when: float) -> None:
+    def on_beat(self, when: float) -> None:
         if self.board is not None:
             self.board.set_beat_ok(when)
 
@@ -528,22 +438,22 @@ class Supervisor:
                     total = total + self.board.read_durations(child.slot)
         return total
 
-    def children_info(self) -> list[dict[str, Any]]:
-        """Pid, restarts and uptime of each child (for /admin and /metrics)."""
+    def children_view(self) -> tuple[ChildView, ...]:
+        """Pid, restarts, uptime and progress of each child (for /admin, /metrics and ``Pool.children``)."""
+        from fencekit.web.views import ChildView
+
         now = time.monotonic()
-        out = []
-        for c in self.children:
-            processed = self.board.read_slot(c.slot)[3] if self.board is not None else 0
-            out.append(
-                {
-                    "slot": c.slot,
-                    "pid": c.pid,
-                    "consumer_id": c.consumer_id,
-                    "alive": c.alive,
-                    "ready": c.ready,
-                    "restarts": c.restarts,
-                    "uptime": round(now - c.started, 1) if c.alive else 0.0,
-                    "processed": processed,
-                }
+        return tuple(
+            ChildView(
+                pid=c.pid,
+                slot=c.slot,
+                restarts=c.restarts,
+                uptime=round(now - c.started, 1) if c.alive else 0.0,
+                alive=c.alive,
+                processed=self.board.read_slot(c.slot)[3] if self.board is not None else 0,
+                state=c.state.value,
+                consumer_id=c.consumer_id,
+                ready=c.ready,
             )
-        return out
+            for c in self.children
+        )

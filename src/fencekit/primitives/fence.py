@@ -27,16 +27,17 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from fencekit._redis import scripts, store
+from fencekit._redis import run as runner
+from fencekit._redis import scripts
 from fencekit._redis.keys import DEFAULT_PREFIX, KeySpace, validate_name
+from fencekit._redis.run import as_text
 from fencekit._redis.scripts import Call
 from fencekit.errors import ConfigError, FenceKitError
-from fencekit.primitives.lock import (
+from fencekit.primitives._common import (
     AsyncClient,
     SyncClient,
     require_async_client,
     require_sync_client,
-    text,
     ttl_ms,
 )
 from fencekit.primitives.tokens import FenceToken
@@ -94,7 +95,7 @@ class FenceRules:
             return 0
         if isinstance(reply, int) and not isinstance(reply, bool):
             return reply
-        value = text(reply) if isinstance(reply, (bytes, str)) else None
+        value = as_text(reply) if isinstance(reply, (bytes, str)) else None
         if value is None or not value.isdigit():
             raise FenceKitError(f"unexpected fence value in Redis: {reply!r}")
         return int(value)
@@ -134,7 +135,7 @@ class FenceGate:
         Advances the fence to ``token``. Raises :class:`FencedOutError` (and
         writes nothing) when a newer token was accepted for the resource.
         """
-        store.run(self._redis, self._rules.set_call(token, key, value))
+        runner.run(self._redis, self._rules.set_call(token, key, value))
 
     def check(self, token: FenceToken) -> int:
         """Diagnostic: the fence's current value if ``token`` would pass, else FencedOutError.
@@ -142,16 +143,16 @@ class FenceGate:
         Does not advance the fence; a write after a check races with newer
         holders, so write with :meth:`set_if_fresh` or :meth:`check_and_advance`.
         """
-        return self._rules.as_int(store.run(self._redis, self._rules.check_call(token)))
+        return self._rules.as_int(runner.run(self._redis, self._rules.check_call(token)))
 
     def check_and_advance(self, token: FenceToken) -> None:
         """Accept ``token`` and record it as the newest; FencedOutError if it is older."""
-        store.run(self._redis, self._rules.advance_call(token))
+        runner.run(self._redis, self._rules.advance_call(token))
 
     def current_max(self, resource: str) -> int:
         """The largest token accepted for ``resource``, 0 when none."""
         key = self._rules.keys.fence(resource)
-        with store.translated():
+        with runner.translated():
             return self._rules.as_int(self._redis.get(key))
 
     def __repr__(self) -> str:
@@ -183,20 +184,20 @@ class AsyncFenceGate:
 
     async def set_if_fresh(self, token: FenceToken, key: str, value: FenceValue) -> None:
         """See :meth:`FenceGate.set_if_fresh`."""
-        await store.arun(self._redis, self._rules.set_call(token, key, value))
+        await runner.arun(self._redis, self._rules.set_call(token, key, value))
 
     async def check(self, token: FenceToken) -> int:
         """See :meth:`FenceGate.check`."""
-        return self._rules.as_int(await store.arun(self._redis, self._rules.check_call(token)))
+        return self._rules.as_int(await runner.arun(self._redis, self._rules.check_call(token)))
 
     async def check_and_advance(self, token: FenceToken) -> None:
         """See :meth:`FenceGate.check_and_advance`."""
-        await store.arun(self._redis, self._rules.advance_call(token))
+        await runner.arun(self._redis, self._rules.advance_call(token))
 
     async def current_max(self, resource: str) -> int:
         """See :meth:`FenceGate.current_max`."""
         key = self._rules.keys.fence(resource)
-        with store.translated():
+        with runner.translated():
             return self._rules.as_int(await self._redis.get(key))
 
     def __repr__(self) -> str:

@@ -28,7 +28,7 @@ unit of work, ``P:idem:{key}``, whose value walks::
 
 Keys with ``decode_responses`` True or False behave the same. Both classes
 use :class:`_IdemRules` for every decision and differ only in how a call is
-executed (``store.run`` or ``await store.arun``).
+executed (``runner.run`` or ``await runner.arun``).
 """
 
 from __future__ import annotations
@@ -36,24 +36,24 @@ from __future__ import annotations
 import enum
 from datetime import timedelta
 from typing import Any, Literal
-from uuid import uuid4
 
-from fencekit._redis import scripts, store
+from fencekit._redis import run as runner
+from fencekit._redis import scripts
 from fencekit._redis.keys import DEFAULT_PREFIX, KeySpace
+from fencekit._redis.run import as_text
 from fencekit._redis.scripts import Call
-from fencekit.errors import ConfigError, FenceKitError, IdempotencyResultMissing
-from fencekit.primitives.canonical import dumps_json, loads_json
-from fencekit.primitives.lock import (
+from fencekit.errors import FenceKitError, IdempotencyResultMissing
+from fencekit.primitives._common import (
     AsyncClient,
-    AsyncDistributedLock,
-    DistributedLock,
     SyncClient,
     require_async_client,
     require_sync_client,
-    text,
+    resolve_owner,
     ttl_ms,
     ttl_seconds,
 )
+from fencekit.primitives.canonical import dumps_json, loads_json
+from fencekit.primitives.lock import AsyncDistributedLock, DistributedLock
 from fencekit.primitives.tokens import BeginOutcome
 
 #: How long begin/reclaim reserves the paired lock for the winner to acquire it.
@@ -86,11 +86,7 @@ class _IdemRules:
 
     def __init__(self, prefix: str, owner_id: object) -> None:
         self.keys = KeySpace(prefix)
-        if owner_id is None:
-            owner_id = uuid4().hex
-        if not isinstance(owner_id, str) or not owner_id:
-            raise ConfigError(f"owner_id must be a non-empty str, got {owner_id!r}")
-        self.owner_id: str = owner_id
+        self.owner_id: str = resolve_owner(owner_id)
 
     def begin_call(self, key: str, ttl: object) -> Call:
         return scripts.idem_begin(
@@ -130,7 +126,7 @@ class _IdemRules:
 
     @staticmethod
     def outcome(reply: bytes | str | None) -> BeginOutcome:
-        outcome = _OUTCOMES.get(text(reply) or "")
+        outcome = _OUTCOMES.get(as_text(reply) or "")
         if outcome is None:
             raise FenceKitError(f"unexpected reply from idem_reclaim.lua: {reply!r}")
         return outcome
@@ -138,7 +134,7 @@ class _IdemRules:
     @staticmethod
     def status(value: bytes | str | None) -> Status | None:
         """``"done"``, ``"pending"`` (any other value: someone holds the key) or None."""
-        decoded = text(value)
+        decoded = as_text(value)
         if decoded is None:
             return None
         return "done" if decoded == "done" else "pending"
@@ -181,7 +177,7 @@ class IdempotencyGuard:
         ``ttl`` (at least 1 s) bounds both how long a pending key blocks
         others and how long a done key is remembered.
         """
-        return self._rules.begun(store.run(self._redis, self._rules.begin_call(key, ttl)))
+        return self._rules.begun(runner.run(self._redis, self._rules.begin_call(key, ttl)))
 
     def mark_done(self, key: str, *, ttl: timedelta | None = None, result: Any = MISSING) -> None:
         """Mark ``key`` done; only the owner that began it may.
@@ -191,17 +187,17 @@ class IdempotencyGuard:
         :meth:`get_result`; omitting it clears any memo. Raises
         :class:`IdempotencyNotOwned` when ``key`` is not pending for this owner.
         """
-        store.run(self._redis, self._rules.done_call(key, ttl, result))
+        runner.run(self._redis, self._rules.done_call(key, ttl, result))
 
     def status(self, key: str) -> Status | None:
         """``"pending"``, ``"done"`` or ``None`` (absent or expired)."""
-        with store.translated():
+        with runner.translated():
             return self._rules.status(self._redis.get(self._rules.keys.idempotency(key)))
 
     def clear(self, key: str) -> None:
         """Forget ``key`` and its memo, so the work may begin again."""
         keys = (self._rules.keys.idempotency(key), self._rules.keys.idempotency_result(key))
-        with store.translated():
+        with runner.translated():
             self._redis.delete(*keys)
 
     def try_begin_or_reclaim(
@@ -224,14 +220,14 @@ class IdempotencyGuard:
         if not isinstance(lock, DistributedLock):
             raise TypeError(f"lock must be a DistributedLock, got {type(lock).__name__}")
         call = self._rules.reclaim_call(key, lock.lock_key(lock_resource), ttl, reserve)
-        return self._rules.outcome(store.run(self._redis, call))
+        return self._rules.outcome(runner.run(self._redis, call))
 
     def get_result(self, key: str) -> Any:
         """The memo stored by ``mark_done(key, result=...)``.
 
         Raises :class:`IdempotencyResultMissing` when there is none.
         """
-        with store.translated():
+        with runner.translated():
             memo = self._redis.get(self._rules.keys.idempotency_result(key))
         return self._rules.result(key, memo)
 
@@ -260,21 +256,21 @@ class AsyncIdempotencyGuard:
 
     async def try_begin(self, key: str, *, ttl: timedelta) -> bool:
         """See :meth:`IdempotencyGuard.try_begin`."""
-        return self._rules.begun(await store.arun(self._redis, self._rules.begin_call(key, ttl)))
+        return self._rules.begun(await runner.arun(self._redis, self._rules.begin_call(key, ttl)))
 
     async def mark_done(self, key: str, *, ttl: timedelta | None = None, result: Any = MISSING) -> None:
         """See :meth:`IdempotencyGuard.mark_done`."""
-        await store.arun(self._redis, self._rules.done_call(key, ttl, result))
+        await runner.arun(self._redis, self._rules.done_call(key, ttl, result))
 
     async def status(self, key: str) -> Status | None:
         """See :meth:`IdempotencyGuard.status`."""
-        with store.translated():
+        with runner.translated():
             return self._rules.status(await self._redis.get(self._rules.keys.idempotency(key)))
 
     async def clear(self, key: str) -> None:
         """See :meth:`IdempotencyGuard.clear`."""
         keys = (self._rules.keys.idempotency(key), self._rules.keys.idempotency_result(key))
-        with store.translated():
+        with runner.translated():
             await self._redis.delete(*keys)
 
     async def try_begin_or_reclaim(
@@ -290,11 +286,11 @@ class AsyncIdempotencyGuard:
         if not isinstance(lock, AsyncDistributedLock):
             raise TypeError(f"lock must be an AsyncDistributedLock, got {type(lock).__name__}")
         call = self._rules.reclaim_call(key, lock.lock_key(lock_resource), ttl, reserve)
-        return self._rules.outcome(await store.arun(self._redis, call))
+        return self._rules.outcome(await runner.arun(self._redis, call))
 
     async def get_result(self, key: str) -> Any:
         """See :meth:`IdempotencyGuard.get_result`."""
-        with store.translated():
+        with runner.translated():
             memo = await self._redis.get(self._rules.keys.idempotency_result(key))
         return self._rules.result(key, memo)
 

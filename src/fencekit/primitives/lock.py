@@ -29,7 +29,7 @@ implement Redlock; one Redis primary decides.
 The two classes share one implementation of the rules (argument checks, key
 and script-call building, reading the replies): :class:`_Acquisition` and
 the module-level helpers. They differ only in how a call is executed
-(``store.run`` or ``await store.arun``) and how they wait between attempts
+(``runner.run`` or ``await runner.arun``) and how they wait between attempts
 (``time.sleep`` or ``asyncio.sleep``).
 """
 
@@ -38,89 +38,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import math
 import sys
 import time
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
-from typing import Any
 
-import redis
-import redis.asyncio
-
-from fencekit._redis import scripts, store
+from fencekit._redis import run as runner
+from fencekit._redis import scripts
 from fencekit._redis.keys import DEFAULT_PREFIX, KeySpace
 from fencekit._redis.scripts import Call
 from fencekit.errors import ConfigError, FenceKitError, LockNotAcquired
+from fencekit.primitives._common import (
+    AsyncClient,
+    SyncClient,
+    require_async_client,
+    require_sync_client,
+    resolve_owner,
+    timedelta_arg,
+    ttl_ms,
+)
 from fencekit.primitives.tokens import FenceToken, LockHandle
 
 __all__ = ["AsyncDistributedLock", "DistributedLock"]
 
-SyncClient = Any  # redis.Redis | redis.RedisCluster (redis-py's overloads need Any here)
-AsyncClient = Any  # redis.asyncio.Redis | redis.asyncio.RedisCluster
-
 DEFAULT_RETRY_INTERVAL = timedelta(milliseconds=50)
-
-
-# -- helpers shared by the primitives ----------------------------------------------
-
-
-def require_sync_client(client: object, owner: str) -> SyncClient:
-    """``client`` if it is a synchronous redis-py client, else TypeError."""
-    if isinstance(client, (redis.asyncio.Redis, redis.asyncio.RedisCluster)):
-        raise TypeError(f"{owner} needs a synchronous redis client; use Async{owner} for asyncio")
-    if not isinstance(client, (redis.Redis, redis.RedisCluster)):
-        raise TypeError(f"{owner} needs a redis.Redis or redis.RedisCluster, got {client!r}")
-    return client
-
-
-def require_async_client(client: object, owner: str) -> AsyncClient:
-    """``client`` if it is an asyncio redis-py client, else TypeError."""
-    if isinstance(client, (redis.Redis, redis.RedisCluster)):
-        raise TypeError(
-            f"{owner} needs a redis.asyncio client; use {owner.removeprefix('Async')} for a synchronous one"
-        )
-    if not isinstance(client, (redis.asyncio.Redis, redis.asyncio.RedisCluster)):
-        raise TypeError(f"{owner} needs a redis.asyncio.Redis or RedisCluster, got {client!r}")
-    return client
-
-
-def _timedelta(value: object, label: str) -> timedelta:
-    if not isinstance(value, timedelta):
-        raise TypeError(f"{label} must be a datetime.timedelta, got {type(value).__name__} {value!r}")
-    return value
-
-
-def ttl_ms(value: object, label: str = "ttl") -> int:
-    """A positive ``timedelta`` in whole milliseconds (rounded up), at least 1 ms."""
-    ttl = _timedelta(value, label)
-    if ttl <= timedelta(0):
-        raise ConfigError(f"{label} must be positive, got {ttl!r}")
-    return math.ceil(ttl / timedelta(milliseconds=1))
-
-
-def ttl_seconds(value: object, label: str = "ttl") -> int:
-    """A ``timedelta`` of at least one second in whole seconds (rounded up)."""
-    ttl = _timedelta(value, label)
-    if ttl < timedelta(seconds=1):
-        raise ConfigError(f"{label} must be at least 1 second (Redis EX), got {ttl!r}")
-    return math.ceil(ttl / timedelta(seconds=1))
-
-
-def text(value: bytes | str | None) -> str | None:
-    """A reply decoded to ``str`` (clients with and without ``decode_responses``)."""
-    if isinstance(value, bytes):
-        return value.decode("utf-8")
-    return value
-
-
-def _owner(owner_id: object) -> str:
-    if owner_id is None:
-        return uuid.uuid4().hex
-    if not isinstance(owner_id, str) or not owner_id:
-        raise ConfigError(f"owner_id must be a non-empty str, got {owner_id!r}")
-    return owner_id
 
 
 def _check_handle(handle: object) -> LockHandle:
@@ -165,7 +106,7 @@ class _LockRules:
             token=handle.token.value,
             ttl_ms=lease_ms,
         )
-        return call, dataclasses.replace(handle, ttl=_timedelta(ttl, "ttl"))
+        return call, dataclasses.replace(handle, ttl=timedelta_arg(ttl, "ttl"))
 
     def acquisition(
         self,
@@ -210,22 +151,22 @@ class _Acquisition:
         retry_interval: object,
     ) -> None:
         lease_ms = ttl_ms(ttl)
-        self.ttl = _timedelta(ttl, "ttl")
+        self.ttl = timedelta_arg(ttl, "ttl")
         self.resource = resource
-        self.owner_id = _owner(owner_id)
+        self.owner_id = resolve_owner(owner_id)
         if not isinstance(blocking, bool):
             raise TypeError(f"blocking must be a bool, got {blocking!r}")
         self._wait: timedelta | None = None
         if blocking:
             if wait is None:
                 raise ConfigError("blocking=True needs wait=timedelta(...): how long to keep trying")
-            self._wait = _timedelta(wait, "wait")
+            self._wait = timedelta_arg(wait, "wait")
             if self._wait < timedelta(0):
                 raise ConfigError(f"wait must not be negative, got {self._wait!r}")
             ttl_ms(retry_interval, "retry_interval")
         elif wait is not None:
             raise ConfigError("wait only applies with blocking=True")
-        self._interval = _timedelta(retry_interval, "retry_interval").total_seconds()
+        self._interval = timedelta_arg(retry_interval, "retry_interval").total_seconds()
         self.call = scripts.lock_acquire(
             lock=keys.lock(resource),
             seq=keys.lock_seq(resource),
@@ -300,14 +241,14 @@ class DistributedLock:
             retry_interval=retry_interval,
         )
         while True:
-            handle = attempt.granted(store.run(self._redis, attempt.call))
+            handle = attempt.granted(runner.run(self._redis, attempt.call))
             if handle is not None:
                 return handle
             time.sleep(attempt.next_delay())
 
     def release(self, handle: LockHandle) -> None:
         """End this grant's lease; :class:`LockNotOwned` if it is gone already."""
-        store.run(self._redis, self._rules.release_call(handle))
+        runner.run(self._redis, self._rules.release_call(handle))
 
     def extend(self, handle: LockHandle, *, ttl: timedelta) -> LockHandle:
         """Set this grant's lease to ``ttl`` from now; the same token, a new ``ttl``.
@@ -316,7 +257,7 @@ class DistributedLock:
         or belongs to another grant; the token cannot be revived.
         """
         call, extended = self._rules.extend_call(handle, ttl)
-        store.run(self._redis, call)
+        runner.run(self._redis, call)
         return extended
 
     @contextlib.contextmanager
@@ -396,19 +337,19 @@ class AsyncDistributedLock:
             retry_interval=retry_interval,
         )
         while True:
-            handle = attempt.granted(await store.arun(self._redis, attempt.call))
+            handle = attempt.granted(await runner.arun(self._redis, attempt.call))
             if handle is not None:
                 return handle
             await asyncio.sleep(attempt.next_delay())
 
     async def release(self, handle: LockHandle) -> None:
         """See :meth:`DistributedLock.release`."""
-        await store.arun(self._redis, self._rules.release_call(handle))
+        await runner.arun(self._redis, self._rules.release_call(handle))
 
     async def extend(self, handle: LockHandle, *, ttl: timedelta) -> LockHandle:
         """See :meth:`DistributedLock.extend`."""
         call, extended = self._rules.extend_call(handle, ttl)
-        await store.arun(self._redis, call)
+        await runner.arun(self._redis, call)
         return extended
 
     @contextlib.asynccontextmanager

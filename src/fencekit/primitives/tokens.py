@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from enum import Enum
 
+from fencekit.errors import ConfigError
+
 __all__ = ["BeginOutcome", "FenceToken", "LockHandle"]
 
 
@@ -29,11 +31,11 @@ class FenceToken:
 
     def __post_init__(self) -> None:
         if isinstance(self.value, bool) or not isinstance(self.value, int):
-            raise ValueError(f"token value must be an int, got {type(self.value).__name__}")
+            raise ConfigError(f"token value must be an int, got {type(self.value).__name__}")
         if self.value < 1:
-            raise ValueError(f"token value must be >= 1, got {self.value}")
+            raise ConfigError(f"token value must be >= 1, got {self.value}")
         if not isinstance(self.resource, str) or not self.resource:
-            raise ValueError(f"token resource must be a non-empty str, got {self.resource!r}")
+            raise ConfigError(f"token resource must be a non-empty str, got {self.resource!r}")
 
     def __int__(self) -> int:
         return self.value
@@ -55,18 +57,18 @@ class LockHandle:
 
     def __post_init__(self) -> None:
         if not isinstance(self.resource, str) or not self.resource:
-            raise ValueError(f"resource must be a non-empty str, got {self.resource!r}")
+            raise ConfigError(f"resource must be a non-empty str, got {self.resource!r}")
         if not isinstance(self.owner_id, str) or not self.owner_id:
-            raise ValueError(f"owner_id must be a non-empty str, got {self.owner_id!r}")
+            raise ConfigError(f"owner_id must be a non-empty str, got {self.owner_id!r}")
         if not isinstance(self.token, FenceToken):
-            raise ValueError(f"token must be a FenceToken, got {type(self.token).__name__}")
+            raise ConfigError(f"token must be a FenceToken, got {type(self.token).__name__}")
         if self.token.resource != self.resource:
-            raise ValueError(
+            raise ConfigError(
                 f"token of resource {self.token.resource!r} cannot belong to a handle "
                 f"of resource {self.resource!r}"
             )
         if not isinstance(self.ttl, timedelta) or self.ttl <= timedelta(0):
-            raise ValueError(f"ttl must be a positive timedelta, got {self.ttl!r}")
+            raise ConfigError(f"ttl must be a positive timedelta, got {self.ttl!r}")
 
 
 class BeginOutcome(str, Enum):

@@ -19,7 +19,7 @@ consumer's in-flight hash that it does not know about, the next successful
 turn first returns every in-flight task it is not running to its queue.
 
 A stale delivery -- one reaped or returned while it ran -- settles as
-*fenced out*: the scripts refuse it and nothing is counted twice (DESIGN I3).
+*fenced out*: the scripts refuse it and nothing is counted twice (invariant I3).
 """
 
 from __future__ import annotations
@@ -27,49 +27,41 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from datetime import timedelta
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import redis.asyncio
 
 from fencekit._redis import scripts
-from fencekit._redis.keys import KeySpace, QueueKeys
-from fencekit._redis.link import Link, open_link
-from fencekit._redis.store import RedisTarget, as_text
-from fencekit.errors import FencedOutError, PayloadError, StoreError
-from fencekit.primitives.fence import FenceRules
-from fencekit.primitives.tokens import FenceToken
-from fencekit.queue import codec, settle
+from fencekit._redis.keys import KeySpace
+from fencekit._redis.link import Link, open_link, wait_replicas
+from fencekit._redis.run import Durability, as_text
+from fencekit._redis.url import RedisTarget
+from fencekit.errors import ConfigError, FencedOutError, StoreError
+from fencekit.queue import settle
 from fencekit.queue.client import Client
-from fencekit.queue.histogram import DurationHistogram
-from fencekit.queue.job import Job, job_resource, set_current
 from fencekit.queue.loops import Backoff
-from fencekit.queue.settle import SettleSettings
-from fencekit.queue.worker import RetryPolicy, WorkerRegistry
+from fencekit.queue.outbox import AckClaim, Outbox, Settle, Turn
+from fencekit.queue.perform import ConsumerStats, Performer
+from fencekit.queue.settle import Retention
+from fencekit.queue.worker import WorkerRegistry
+
+__all__ = ["IDLE_POLL", "MAX_CLAIM", "Consumer", "ConsumerStats"]
 
 IDLE_POLL = 1.0
 LEASE_RECHECK = 0.1
 MAX_CLAIM = 512
 
 
-@dataclass(slots=True)
-class ConsumerStats:
-    """Counters of this consumer incarnation (for logs, /admin and tests)."""
-
-    claimed: int = 0
-    processed: int = 0
-    failed: int = 0
-    retried: int = 0
-    fenced_out: int = 0
-    returned: int = 0
-    durations: DurationHistogram = field(default_factory=DurationHistogram)
-
-
 class Consumer:
-    """Claims and performs tasks of ``queues`` for one consumer incarnation."""
+    """Claims and performs tasks of ``queues`` for one consumer incarnation.
+
+    ``settings`` are the resolved settings of its ``Server`` or pool
+    (``concurrency``, ``link``, retention and durability are read from them).
+    ``lease_ok`` says whether its heartbeat is recent enough to claim;
+    ``on_turn`` is called at every turn of the loop (a pool child ticks its
+    liveness slot there).
+    """
 
     def __init__(
         self,
@@ -78,40 +70,31 @@ class Consumer:
         keys: KeySpace,
         registry: WorkerRegistry,
         consumer_id: str,
-        concurrency: int,
+        settings: Mapping[str, Any],
         redis_client: redis.asyncio.Redis,
         logger: logging.Logger,
         queues: Sequence[str] | None = None,
-        settings: SettleSettings | None = None,
-        link_kind: str = "lean",
         lease_ok: Callable[[], bool] | None = None,
         on_turn: Callable[[], None] | None = None,
-        durable: tuple[int, int] | None = None,
     ) -> None:
-        if type(concurrency) is not int or concurrency < 1:
-            raise ValueError(f"concurrency must be an int >= 1, got {concurrency!r}")
         self.target = target
         self.keys = keys
         self.registry = registry
         self.consumer_id = consumer_id
-        self.concurrency = concurrency
+        self.concurrency: int = settings["concurrency"]
         self.logger = logger
         self.queues = list(queues if queues is not None else registry.queues)
-        self.settings = settings or SettleSettings()
-        self.link_kind = link_kind
+        self.retention = Retention.of(settings)
+        self.link_kind: str = settings["link"]
+        self.durable = Durability.of(settings["durable_replicas"], settings["durable_timeout"])
         self.stats = ConsumerStats()
         self._lease_ok = lease_ok or (lambda: True)
         self._on_turn = on_turn
-        self.durable = durable
-        self._fence_rules = FenceRules(keys.prefix, timedelta(milliseconds=self.settings.fence_ttl_ms))
-        self._client = Client(redis=redis_client, prefix=keys.prefix)
         self._qkeys = {q: keys.queue(q) for q in self.queues}
         self._inflight = {q: k.inflight(consumer_id) for q, k in self._qkeys.items()}
         self._wake_keys = {k.wake: q for q, k in self._qkeys.items()}
         self._running: dict[tuple[str, int], asyncio.Task[None]] = {}
-        self._acks: dict[str, list[int]] = {q: [] for q in self.queues}
-        self._settles: list[tuple[str, int, scripts.Call]] = []  # (queue, token, call)
-        self._jids: dict[tuple[str, int], str | None] = {}  # jid of each outcome not yet settled
+        self.outbox = Outbox(self.queues, self._ack_claim_call)
         self._empty: set[str] = set()
         self._rotation = 0
         self._event = asyncio.Event()
@@ -123,7 +106,19 @@ class Consumer:
         self._link: Link | None = None
         self._wake_link: Link | None = None
         self._backoff = Backoff(logger, f"consumer {consumer_id}: claiming")
-        self._info = logger.isEnabledFor(logging.INFO)
+        self._performer = Performer(
+            keys=keys,
+            registry=registry,
+            retention=self.retention,
+            consumer_id=consumer_id,
+            inflight=self._inflight,
+            outbox=self.outbox,
+            stats=self.stats,
+            logger=logger,
+            run_call=self._call,
+            client=Client.sharing(settings, redis_client),
+            wake=self._event.set,
+        )
 
     # public ---------------------------------------------------------------
     @property
@@ -137,7 +132,7 @@ class Consumer:
     async def run(self) -> None:
         """Claim and perform until :meth:`stop`; then return unfinished tasks."""
         if not self.queues:
-            raise ValueError("consumer has no queues: register at least one worker")
+            raise ConfigError("consumer has no queues: register at least one worker")
         waker = asyncio.create_task(self._wake_loop(), name=f"fencekit-wake-{self.consumer_id}")
         try:
             await self._loop()
@@ -170,10 +165,10 @@ class Consumer:
         while True:
             if self._on_turn is not None:
                 self._on_turn()
-            if self._stopping and not self._running and not self._has_outcomes():
+            if self._stopping and not self._running and not self.outbox:
                 return
-            calls, metas = self._build_turn()
-            if not calls:
+            turn = self._next_turn()
+            if not turn.calls:
                 if self._lease_blocked:
                     # No claims while our heartbeat is stale (peers may be reaping us): look again soon.
                     await self._sleep_or_stop(LEASE_RECHECK)
@@ -185,73 +180,58 @@ class Consumer:
             try:
                 link = await self._connected()
                 if self._reconcile:
-                    await self._do_reconcile(link, metas)
-                replies = await link.pipeline(calls)
+                    await self._do_reconcile(link, turn)
+                replies = await link.pipeline(turn.calls)
             except StoreError as exc:
-                self._restore(metas)
-                self._reconcile = self._reconcile or any(m[0] == "claim" for m in metas)
+                self.outbox.restore(turn)
+                self._reconcile = self._reconcile or turn.claims
                 await self._sleep_or_stop(self._backoff.failed(exc))
                 continue
             self._backoff.succeeded()
-            self._absorb(metas, replies)
-            if self.durable is not None and any(kind == "settle" or extra[1] for kind, _, extra in metas):
+            self._absorb(turn, replies)
+            if self.durable is not None and turn.settles:
                 await self._wait_replicas(link, self.durable)
 
-    async def _wait_replicas(self, link: Link, durable: tuple[int, int]) -> None:
-        """WAIT after a turn that settled tasks (scripts cannot WAIT themselves)."""
-        replicas, timeout_ms = durable
-        try:
-            confirmed = int(await link.execute("WAIT", replicas, timeout_ms, timeout=timeout_ms / 1000 + 5))
-        except StoreError as exc:
-            self.logger.warning("could not wait for %d replica(s) after settling tasks: %s", replicas, exc)
-            return
-        if confirmed < replicas:
-            self.logger.warning(
-                "settlements confirmed by %d of %d replica(s) within %d ms: a failover now could undo them "
-                "(those tasks would run again)",
-                confirmed,
-                replicas,
-                timeout_ms,
-            )
-
-    def _has_outcomes(self) -> bool:
-        return bool(self._settles) or any(self._acks.values())
-
-    def _build_turn(self) -> tuple[list[scripts.Call], list[tuple[str, str, Any]]]:
-        calls: list[scripts.Call] = []
-        metas: list[tuple[str, str, Any]] = []
-        for queue, token, call in self._settles:
-            calls.append(call)
-            metas.append(("settle", queue, (token, call)))
-        self._settles = []
-        claim_queue: str | None = None
+    def _next_turn(self) -> Turn:
         free = self.concurrency - len(self._running)
+        claim_queue: str | None = None
         self._lease_blocked = False
         if free > 0 and not self._stopping:
             if self._lease_ok():
                 claim_queue = self._pick_queue()
             else:
                 self._lease_blocked = True
-        for queue in self.queues:
-            acks = self._acks[queue]
-            want = min(free, MAX_CLAIM) if queue == claim_queue else 0
-            if not acks and not want:
-                continue
-            self._acks[queue] = []
-            qk = self._qkeys[queue]
-            calls.append(
-                scripts.ack_claim(
-                    pending=qk.pending,
-                    inflight=self._inflight[queue],
-                    token=qk.token,
-                    stats=qk.stats,
-                    wake=qk.wake,
-                    want=want,
-                    acks=acks,
-                )
+        return self.outbox.take(claim_queue, min(free, MAX_CLAIM))
+
+    def _ack_claim_call(self, queue: str, want: int, acks: Sequence[int]) -> scripts.Call:
+        qk = self._qkeys[queue]
+        return scripts.ack_claim(
+            pending=qk.pending,
+            inflight=self._inflight[queue],
+            token_counter=qk.token_counter,
+            stats=qk.stats,
+            wake=qk.wake,
+            want=want,
+            acks=acks,
+        )
+
+    async def _wait_replicas(self, link: Link, durable: Durability) -> None:
+        """WAIT after a turn that settled tasks (scripts cannot WAIT themselves)."""
+        try:
+            confirmed = await wait_replicas(link, durable)
+        except StoreError as exc:
+            self.logger.warning(
+                "could not wait for %d replica(s) after settling tasks: %s", durable.replicas, exc
             )
-            metas.append(("claim" if want else "ack", queue, (want, acks)))
-        return calls, metas
+            return
+        if confirmed < durable.replicas:
+            self.logger.warning(
+                "settlements confirmed by %d of %d replica(s) within %d ms: a failover now could undo them "
+                "(those tasks would run again)",
+                confirmed,
+                durable.replicas,
+                durable.timeout_ms,
+            )
 
     def _pick_queue(self) -> str | None:
         n = len(self.queues)
@@ -262,171 +242,72 @@ class Consumer:
                 return queue
         return None
 
-    def _restore(self, metas: list[tuple[str, str, Any]]) -> None:
-        """Keep the outcomes of a failed turn for the next one (see module docstring)."""
-        for kind, queue, extra in metas:
-            if kind == "settle":
-                token, call = extra
-                self._settles.append((queue, token, call))
+    def _absorb(self, turn: Turn, replies: list[Any]) -> None:
+        for item, reply in zip(turn.items, replies):
+            if isinstance(item, Settle):
+                self._absorb_settle(item, reply)
             else:
-                _, acks = extra
-                self._acks[queue][:0] = acks
+                self._absorb_ack_claim(item, reply)
 
-    def _absorb(self, metas: list[tuple[str, str, Any]], replies: list[Any]) -> None:
-        for (kind, queue, extra), reply in zip(metas, replies):
-            if kind == "settle":
-                self._absorb_settle(queue, extra[0], reply)
-                continue
-            if isinstance(reply, BaseException):
-                # A script error here is a bug or a foreign key type: keep going, log it.
-                self.logger.error("ack/claim on queue %s failed: %s", queue, reply)
-                want, acks = extra
-                self._acks[queue][:0] = acks
-                self._empty.add(queue)
-                continue
-            fenced, first, *envelopes = reply
-            if fenced:
-                self.stats.fenced_out += len(fenced)
-                for token in fenced:
-                    self.logger.warning(
-                        "task %s: ack of delivery %s on queue %s fenced out: the task was reaped or "
-                        "returned while it ran, a newer delivery owns it",
-                        self._jids.get((queue, int(token))),
-                        as_text(token),
-                        queue,
-                    )
-            want, acks = extra
-            for token in acks:
-                self._jids.pop((queue, token), None)
-            self.stats.processed += len(acks) - len(fenced)
-            if kind != "claim":
-                continue
-            if len(envelopes) < want:
-                self._empty.add(queue)
-            else:
-                self._empty.discard(queue)
-            first = int(first)
-            for i, raw in enumerate(envelopes):
-                self._start(queue, first + i, raw)
-            self.stats.claimed += len(envelopes)
+    def _absorb_ack_claim(self, item: AckClaim, reply: Any) -> None:
+        queue = item.queue
+        if isinstance(reply, BaseException):
+            # A script error here is a bug or a foreign key type: keep going, log it.
+            self.logger.error("ack/claim on queue %s failed: %s", queue, reply)
+            self.outbox.restore_acks(item)
+            self._empty.add(queue)
+            return
+        fenced, first, *envelopes = reply
+        if fenced:
+            self.stats.fenced_out += len(fenced)
+            for token in fenced:
+                self.logger.warning(
+                    "task %s: ack of delivery %s on queue %s fenced out: the task was reaped or "
+                    "returned while it ran, a newer delivery owns it",
+                    self.outbox.jid(queue, int(token)),
+                    as_text(token),
+                    queue,
+                )
+        for token in item.acks:
+            self.outbox.done(queue, token)
+        self.stats.processed += len(item.acks) - len(fenced)
+        if not item.want:
+            return
+        if len(envelopes) < item.want:
+            self._empty.add(queue)
+        else:
+            self._empty.discard(queue)
+        first = int(first)
+        for i, raw in enumerate(envelopes):
+            self._start(queue, first + i, raw)
+        self.stats.claimed += len(envelopes)
 
-    def _absorb_settle(self, queue: str, token: int, reply: Any) -> None:
-        jid = self._jids.pop((queue, token), None)
+    def _absorb_settle(self, item: Settle, reply: Any) -> None:
+        jid = self.outbox.done(item.queue, item.token)
         if isinstance(reply, FencedOutError):
             self.stats.fenced_out += 1
             self.logger.warning(
                 "task %s: settling delivery %s on queue %s fenced out: the task was reaped or returned "
                 "while it ran",
                 jid,
-                token,
-                queue,
+                item.token,
+                item.queue,
             )
         elif isinstance(reply, BaseException):
             self.logger.error(
-                "task %s: settling delivery %s on queue %s failed: %s", jid, token, queue, reply
+                "task %s: settling delivery %s on queue %s failed: %s", jid, item.token, item.queue, reply
             )
 
     # performing -------------------------------------------------------------
     def _start(self, queue: str, token: int, raw: bytes) -> None:
         # Each task runs in its own copy of the context, so current_job() is per task.
-        task = asyncio.get_running_loop().create_task(self._perform(queue, token, raw))
+        task = asyncio.get_running_loop().create_task(self._performer.perform(queue, token, raw))
         key = (queue, token)
         self._running[key] = task
         task.add_done_callback(functools.partial(self._finished, key))
 
     def _finished(self, key: tuple[str, int], _task: object = None) -> None:
         self._running.pop(key, None)
-        self._event.set()
-
-    async def _perform(self, queue: str, token: int, raw: bytes) -> None:
-        qk = self._qkeys[queue]
-        try:
-            envelope = codec.decode(raw)
-        except PayloadError as exc:
-            jid = codec.peek_jid(raw)
-            self.logger.error("task %s on queue %s is malformed, dead-lettered: %s", jid, queue, exc)
-            self._settle(queue, token, self._fail(qk, token, jid, f"malformed payload: {exc}"), jid)
-            return
-        spec = self.registry.get(queue, envelope.operation)
-        if spec is None:
-            reason = f"no worker registered for operation {envelope.operation!r} on queue {queue!r}"
-            self.logger.error("task %s dead-lettered: %s", envelope.jid, reason)
-            self._settle(queue, token, self._fail(qk, token, envelope.jid, reason), envelope.jid)
-            return
-        job = Job(
-            jid=envelope.jid,
-            queue=queue,
-            operation=envelope.operation,
-            attempt=envelope.attempt,
-            token=FenceToken(token, job_resource(queue, envelope.jid)),
-            params=envelope.params,
-            rules=self._fence_rules,
-            run=self._call,
-            client=self._client,
-        )
-        set_current(job)
-        if self._info:
-            self.logger.info(
-                "task %s started: %s/%s attempt %d", envelope.jid, queue, envelope.operation, envelope.attempt
-            )
-        started = time.perf_counter()
-        try:
-            await spec.perform(envelope.params)
-        except asyncio.CancelledError:
-            raise  # stopping: the task goes back to its queue with the same attempt
-        except Exception as exc:
-            self._on_failure(qk, token, envelope, spec.policy, exc)
-            return
-        finally:
-            self.stats.durations.observe(time.perf_counter() - started)
-        if self._info:
-            self.logger.info("task %s completed in %.3fs", envelope.jid, time.perf_counter() - started)
-        self._jids[(queue, token)] = envelope.jid
-        self._acks[queue].append(token)
-        self._event.set()
-
-    def _on_failure(
-        self, qk: QueueKeys, token: int, envelope: codec.Envelope, policy: RetryPolicy, exc: Exception
-    ) -> None:
-        following = policy.next_attempt(envelope.attempt)
-        if following is None:
-            self.stats.failed += 1
-            self.logger.error(
-                "task %s failed permanently after %d attempt(s): %r", envelope.jid, envelope.attempt + 1, exc
-            )
-            self._settle(qk.name, token, self._fail(qk, token, envelope.jid, ""), envelope.jid)
-            return
-        delay = policy.delay(envelope.attempt)
-        self.stats.retried += 1
-        self.logger.warning(
-            "task %s failed (attempt %d), retrying in %.1fs: %r",
-            envelope.jid,
-            envelope.attempt + 1,
-            delay,
-            exc,
-        )
-        self._settle(
-            qk.name,
-            token,
-            settle.retry(self.keys, qk.name, self._inflight[qk.name], token, envelope, following),
-            envelope.jid,
-        )
-
-    def _fail(self, qk: QueueKeys, token: int, jid: str | None, reason: str) -> scripts.Call:
-        return settle.fail(
-            self.keys,
-            qk.name,
-            self._inflight[qk.name],
-            token,
-            jid=jid,
-            reason=reason,
-            consumer=self.consumer_id,
-            settings=self.settings,
-        )
-
-    def _settle(self, queue: str, token: int, call: scripts.Call, jid: str | None = None) -> None:
-        self._jids[(queue, token)] = jid
-        self._settles.append((queue, token, call))
         self._event.set()
 
     # connections, waking, returning ----------------------------------------
@@ -484,21 +365,18 @@ class Consumer:
         except asyncio.TimeoutError:
             pass
 
-    async def _do_reconcile(self, link: Link, metas: list[tuple[str, str, Any]]) -> None:
+    async def _do_reconcile(self, link: Link, turn: Turn) -> None:
         """Return in-flight tasks this consumer does not know it runs (lost claim replies).
 
-        Known are the tasks running, and those whose outcome waits to be sent:
-        in this turn (``metas``) or a later one.
+        Known are the tasks running, and those whose outcome waits to be
+        sent: in this turn or a later one.
         """
         for queue in self.queues:
             entries = await link.execute("HGETALL", self._inflight[queue])
-            known = {t for (q, t) in self._running if q == queue} | set(self._acks[queue])
-            known |= {t for (q, t, _) in self._settles if q == queue}
-            for kind, q, extra in metas:
-                if q == queue:
-                    known |= {extra[0]} if kind == "settle" else set(extra[1])
+            known = {t for (q, t) in self._running if q == queue}
+            known |= self.outbox.waiting(queue) | turn.tokens(queue)
             calls = [
-                self._requeue(queue, int(token), raw, counter="")
+                self._returned(queue, int(token), raw).call
                 for token, raw in zip(entries[::2], entries[1::2])
                 if int(token) not in known
             ]
@@ -509,30 +387,22 @@ class Consumer:
                 )
         self._reconcile = False
 
-    def _requeue(self, queue: str, token: int, raw: bytes, counter: str) -> scripts.Call:
-        return settle.requeue(
-            self.keys,
-            queue,
-            self._inflight[queue],
-            token,
-            raw,
-            jid=codec.peek_jid(raw),
-            counter=counter,
-            settings=self.settings,
-        )
+    def _returned(self, queue: str, token: int, raw: bytes) -> settle.Verdict:
+        delivery = self._performer.delivery(queue, token, raw)
+        return settle.after_stop(self.keys, delivery, retention=self.retention)
 
     async def _return_inflight(self) -> None:
         """On stop: return every task still in this consumer's in-flight hashes."""
         try:
             link = await self._connected()
-            if self._has_outcomes():
-                calls, metas = self._build_turn()
-                self._absorb(metas, await link.pipeline(calls))
+            if self.outbox:
+                turn = self.outbox.take(None, 0)
+                self._absorb(turn, await link.pipeline(turn.calls))
             returned = 0
             for queue in self.queues:
                 entries = await link.execute("HGETALL", self._inflight[queue])
                 calls = [
-                    self._requeue(queue, int(token), raw, counter="")
+                    self._returned(queue, int(token), raw).call
                     for token, raw in zip(entries[::2], entries[1::2])
                 ]
                 if calls:

@@ -1,40 +1,37 @@
 """Heartbeats: keep consumers registered and alive in Redis.
 
-Every beat re-registers each consumer (``heartbeat.lua``: info in the
-registry hash, server-clock timestamp in the beats set), so a consumer that
-was reaped while Redis was unreachable is watched again as soon as it is back
-in touch. Beats run ``BEATS_PER_TTL`` times per TTL.
+Every beat re-registers each consumer (``heartbeat.lua``: its
+:class:`~fencekit.queue.registry.ConsumerRecord` in the registry hash, a
+server-clock timestamp in the beats set), so a consumer that was reaped while
+Redis was unreachable is watched again as soon as it is back in touch. Beats
+run ``BEATS_PER_TTL`` times per TTL.
 
-:meth:`Heartbeat.healthy` is the consumer's lease: it stops claiming when its
-last successful beat is older than half the TTL, so a consumer cut off from
-Redis (or paused) does not take new tasks while its peers may be reaping it.
+:meth:`Heartbeat.healthy` is the lease of the consumers it beats for
+(:func:`~fencekit.queue.registry.lease_ok`): they stop claiming when the last
+successful beat is older than half the TTL.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import os
-import socket
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
 
-import orjson
 import redis.asyncio
 
 from fencekit._redis import scripts
 from fencekit._redis.keys import KeySpace
-from fencekit._redis.store import arun, translated
-from fencekit.errors import StoreError
-from fencekit.queue.loops import Backoff
+from fencekit._redis.run import arun, translated
+from fencekit.queue.loops import Backoff, Loop
+from fencekit.queue.registry import ConsumerRecord, lease_ok
+
+__all__ = ["BEATS_PER_TTL", "Heartbeat"]
 
 BEATS_PER_TTL = 3
-HOSTNAME = socket.gethostname()
 
 
 class Heartbeat:
-    """Beats for the consumers returned by ``entries()`` (id -> info dict)."""
+    """Beats for the consumers returned by ``entries()`` (id -> record)."""
 
     def __init__(
         self,
@@ -42,7 +39,7 @@ class Heartbeat:
         keys: KeySpace,
         ttl: float,
         logger: logging.Logger,
-        entries: Callable[[], Mapping[str, Mapping[str, Any]]],
+        entries: Callable[[], Mapping[str, ConsumerRecord]],
         on_success: Callable[[float], None] | None = None,
     ) -> None:
         self.client = client
@@ -52,15 +49,14 @@ class Heartbeat:
         self.entries = entries
         self.on_success = on_success
         self.last_ok = 0.0
-        self._backoff = Backoff(logger, "heartbeat", base=min(1.0, ttl / 10), cap=ttl / BEATS_PER_TTL)
 
     def healthy(self) -> bool:
-        """True while the last successful beat is younger than half the TTL."""
-        return time.monotonic() - self.last_ok < self.ttl / 2
+        """True while the consumers' lease holds (the last beat is younger than TTL/2)."""
+        return lease_ok(self.last_ok, self.ttl)
 
     async def beat_once(self) -> None:
         """Beat now for every current consumer; raises :class:`StoreError`."""
-        entries = [(cid, orjson.dumps(dict(info))) for cid, info in self.entries().items()]
+        entries = [(cid, record.to_json()) for cid, record in self.entries().items()]
         if entries:
             call = scripts.heartbeat(consumers=self.keys.consumers, beats=self.keys.beats, entries=entries)
             await arun(self.client, call)
@@ -71,26 +67,9 @@ class Heartbeat:
         if self.on_success is not None:
             self.on_success(self.last_ok)
 
-    async def run(self) -> None:
-        """Beat until cancelled; failures are logged and retried sooner."""
-        while True:
-            try:
-                await self.beat_once()
-            except StoreError as exc:
-                await asyncio.sleep(self._backoff.failed(exc))
-                continue
-            self._backoff.succeeded()
-            await asyncio.sleep(self.ttl / BEATS_PER_TTL)
-
-
-def consumer_info(consumer_id: str, queues: list[str], concurrency: int, **extra: Any) -> dict[str, Any]:
-    """The registry record of a consumer (host, pid, queues, start time …)."""
-    return {
-        "id": consumer_id,
-        "host": HOSTNAME,
-        "pid": os.getpid(),
-        "queues": queues,
-        "concurrency": concurrency,
-        "started": round(time.time(), 3),
-        **extra,
-    }
+    def loop(self) -> Loop:
+        """The periodic beat (failures retried sooner, within a third of the TTL)."""
+        backoff = Backoff(
+            self.logger, "heartbeat", base=min(1.0, self.ttl / 10), cap=self.ttl / BEATS_PER_TTL
+        )
+        return Loop("heartbeat", self.beat_once, lambda: self.ttl / BEATS_PER_TTL, backoff)

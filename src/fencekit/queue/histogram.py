@@ -11,6 +11,8 @@ import bisect
 import math
 from collections.abc import Sequence
 
+from fencekit.errors import ConfigError
+
 DEFAULT_BUCKETS: tuple[float, ...] = (
     0.001,
     0.005,
@@ -42,7 +44,7 @@ class DurationHistogram:
     def __init__(self, buckets: Sequence[float] = DEFAULT_BUCKETS) -> None:
         bounds = sorted(float(b) for b in buckets if not math.isinf(b))
         if not bounds or bounds[0] < 0:
-            raise ValueError(f"buckets must be non-negative and not empty, got {buckets!r}")
+            raise ConfigError(f"buckets must be non-negative and not empty, got {buckets!r}")
         self.bounds: tuple[float, ...] = tuple(bounds)
         self._counts = [0] * (len(self.bounds) + 1)  # last slot: above every bound (+Inf)
         self.count = 0
@@ -59,7 +61,7 @@ class DurationHistogram:
         """
         histogram = cls(buckets)
         if len(counts) != len(histogram._counts):
-            raise ValueError(f"expected {len(histogram._counts)} counts, got {len(counts)}")
+            raise ConfigError(f"expected {len(histogram._counts)} counts, got {len(counts)}")
         histogram._counts = [int(n) for n in counts]
         histogram.count = sum(histogram._counts)
         histogram.sum = float(total)
@@ -75,17 +77,6 @@ class DurationHistogram:
         self._counts[bisect.bisect_left(self.bounds, seconds)] += 1
         self.count += 1
         self.sum += seconds
-
-    def drain(self, values: list[float]) -> None:
-        """Observe every value of ``values`` and empty the list (in place).
-
-        For a list another component appends to (``Consumer.stats.durations``):
-        each value is counted once however often this is called.
-        """
-        taken = len(values)
-        for seconds in values[:taken]:
-            self.observe(seconds)
-        del values[:taken]
 
     def cumulative(self) -> list[tuple[float, int]]:
         """``(upper bound, jobs at or below it)`` pairs, ending with ``(inf, count)``."""
@@ -114,7 +105,7 @@ class DurationHistogram:
     def __add__(self, other: DurationHistogram) -> DurationHistogram:
         """Bucket-by-bucket sum (histograms of several processes add up)."""
         if self.bounds != other.bounds:
-            raise ValueError("cannot add histograms with different buckets")
+            raise ConfigError("cannot add histograms with different buckets")
         total = DurationHistogram(self.bounds)
         total._counts = [a + b for a, b in zip(self._counts, other._counts)]
         total.count = self.count + other.count

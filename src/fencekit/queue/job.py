@@ -30,11 +30,6 @@ if TYPE_CHECKING:
 _current: ContextVar[Job] = ContextVar("fencekit_current_job")
 
 
-def job_resource(queue: str, jid: str) -> str:
-    """The fence resource of a task: tagged with its queue, so queue scripts reach it."""
-    return f"{{{queue}}}:job:{jid}"
-
-
 @dataclass(frozen=True, slots=True)
 class Job:
     """The delivery being performed (see the module docstring)."""

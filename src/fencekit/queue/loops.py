@@ -1,16 +1,25 @@
-"""Back-off and quiet logging for loops that keep failing against Redis.
+"""The periodic loops' one shape: a step run again and again, that never dies.
 
-The consumer backs off from its 100 ms poll interval up to 2 s while its
-calls keep failing, logging the first failure, a line each time the wait
-grows, then one roughly every 30 s; it logs once more when Redis answers
-again. The scheduler, reaper and heartbeat loops use the same helper with
-their own intervals.
+:class:`Loop` runs a step on its interval. A :class:`~fencekit.errors.StoreError`
+(Redis failed or went away) backs off -- 100 ms doubling to 2 s for the
+consumer, each loop with its own base and cap -- logging the first failure,
+a line each time the wait grows, then one roughly every 30 s, and once more
+when Redis answers again (:class:`Backoff`). Any other exception is a bug or
+bad data: it is logged with its traceback, counted in :attr:`Loop.errors`,
+and the loop carries on at its next interval, so one poisoned item never
+stops the heartbeat, the reaper or the scheduler.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
+
+from fencekit.errors import StoreError
+
+__all__ = ["BASE_DELAY", "MAX_DELAY", "Backoff", "Loop"]
 
 BASE_DELAY = 0.1
 MAX_DELAY = 2.0
@@ -70,3 +79,40 @@ class Backoff:
             self.logger.info("%s recovered after %d failed attempts", self.what, self.failures)
         self.failures = 0
         self.delay = 0.0
+
+
+class Loop:
+    """A named periodic step (see the module docstring); :meth:`run` until cancelled."""
+
+    def __init__(
+        self,
+        name: str,
+        step: Callable[[], Awaitable[object]],
+        interval: Callable[[], float],
+        backoff: Backoff,
+    ) -> None:
+        self.name = name
+        self.step = step
+        self.interval = interval
+        self.backoff = backoff
+        self.errors = 0
+        self.runs = 0
+        self.last_ok = 0.0
+
+    async def run(self) -> None:
+        logger = self.backoff.logger
+        while True:
+            try:
+                await self.step()
+            except StoreError as exc:
+                await asyncio.sleep(self.backoff.failed(exc))
+                continue
+            except Exception:
+                self.errors += 1
+                logger.exception("%s: unexpected error (carrying on with the next round)", self.name)
+                await asyncio.sleep(self.interval())
+                continue
+            self.runs += 1
+            self.last_ok = time.monotonic()
+            self.backoff.succeeded()
+            await asyncio.sleep(self.interval())

@@ -17,32 +17,30 @@ while its returned deliveries stay fenced out.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 from collections.abc import Callable, Collection, Iterable
 
-import orjson
 import redis.asyncio
 
 from fencekit._redis import scripts
 from fencekit._redis.keys import KeySpace
-from fencekit._redis.store import apipeline, arun, as_text, translated
-from fencekit.errors import StoreError
+from fencekit._redis.run import apipeline, arun, as_text, translated
 from fencekit.queue import settle
-from fencekit.queue.loops import Backoff
-from fencekit.queue.settle import SettleSettings
+from fencekit.queue.loops import Backoff, Loop
+from fencekit.queue.registry import ConsumerRecord, known_queues
+from fencekit.queue.settle import Delivery, Retention
 from fencekit.queue.worker import WorkerRegistry
 
+__all__ = ["REAPS_PER_TTL", "Reaper"]
+
 REAPS_PER_TTL = 3
+BATCH = 50
+SCAN_COUNT = 200
 
 
 def _bytes(value: bytes | str) -> bytes:
     return value.encode() if isinstance(value, str) else value
-
-
-BATCH = 50
-SCAN_COUNT = 200
 
 
 class Reaper:
@@ -55,7 +53,7 @@ class Reaper:
         registry: WorkerRegistry,
         ttl: float,
         logger: logging.Logger,
-        settings: SettleSettings | None = None,
+        retention: Retention,
         alive: Callable[[], Collection[str]] | None = None,
     ) -> None:
         self.client = client
@@ -63,25 +61,20 @@ class Reaper:
         self.registry = registry
         self.ttl = ttl
         self.logger = logger
-        self.settings = settings or SettleSettings()
+        self.retention = retention
         # Consumers this process knows are alive (its own, its children): never reaped here,
         # even when their beats went stale during an outage that just ended.
         self.alive = alive or (lambda: ())
         self.reaped_consumers = 0
         self.returned = 0
         self.failed = 0
-        self._backoff = Backoff(logger, "reaper", base=1.0, cap=ttl / REAPS_PER_TTL)
 
-    async def run(self) -> None:
-        """Reap until cancelled, ``REAPS_PER_TTL`` times per TTL (with jitter)."""
-        while True:
-            try:
-                await self.reap_once()
-            except StoreError as exc:
-                await asyncio.sleep(self._backoff.failed(exc))
-                continue
-            self._backoff.succeeded()
-            await asyncio.sleep(self.ttl / REAPS_PER_TTL * random.uniform(0.8, 1.2))
+    def loop(self) -> Loop:
+        """The periodic reap, ``REAPS_PER_TTL`` times per TTL with jitter (peers do not reap in step)."""
+        backoff = Backoff(self.logger, "reaper", base=1.0, cap=self.ttl / REAPS_PER_TTL)
+        return Loop(
+            "reaper", self.reap_once, lambda: self.ttl / REAPS_PER_TTL * random.uniform(0.8, 1.2), backoff
+        )
 
     async def reap_once(self) -> int:
         """Reap every consumer whose beat expired; return how many tasks moved."""
@@ -137,22 +130,16 @@ class Reaper:
             self.logger.warning("forgot silent consumer %s (it had no tasks in flight)", consumer_id)
         return moved
 
-    async def _queues_of(self, consumer_id: str) -> list[str]:
+    async def _queues_of(self, consumer_id: str) -> Iterable[str]:
         with translated():
-            info = await self.client.hget(self.keys.consumers, consumer_id)
-            if info:
-                try:
-                    queues = orjson.loads(info).get("queues")
-                    if isinstance(queues, list) and all(isinstance(q, str) for q in queues):
-                        return queues
-                except (orjson.JSONDecodeError, AttributeError):
-                    pass
-            # No usable record: look in every queue ever used.
-            return sorted(as_text(q) for q in await self.client.smembers(self.keys.queues))
+            raw = await self.client.hget(self.keys.consumers, consumer_id)
+        queues = ConsumerRecord.from_json(consumer_id, raw).queues
+        if queues is not None:
+            return queues
+        return await known_queues(self.client, self.keys)  # no usable record: every queue ever used
 
     async def _reap_queue(self, consumer_id: str, queue: str, crashed: bool) -> int:
-        qk = self.keys.queue(queue)
-        inflight = qk.inflight(consumer_id)
+        inflight = self.keys.queue(queue).inflight(consumer_id)
         moved = 0
         cursor = 0
         while True:
@@ -160,20 +147,17 @@ class Reaper:
                 next_cursor, entries = await self.client.hscan(inflight, cursor, count=SCAN_COUNT)
             cursor = int(next_cursor)
             assert isinstance(entries, dict)
-            judge = settle.after_crash if crashed else settle.after_stop
-            verdicts = [
-                judge(
-                    self.keys,
-                    queue,
-                    inflight,
-                    int(tok),
-                    _bytes(raw),
-                    self.registry.policy,
-                    settings=self.settings,
-                )
-                for tok, raw in entries.items()
-            ]
-            calls = [v.call for v in verdicts]
+            verdicts = []
+            for tok, raw in entries.items():
+                delivery = Delivery(queue, inflight, int(tok), _bytes(raw))
+                if crashed:
+                    verdicts.append(
+                        settle.after_crash(
+                            self.keys, delivery, self.registry.policy, retention=self.retention
+                        )
+                    )
+                else:
+                    verdicts.append(settle.after_stop(self.keys, delivery, retention=self.retention))
             for v in verdicts:
                 if v.returned:
                     self.returned += 1
@@ -183,8 +167,8 @@ class Reaper:
                 else:
                     self.failed += 1
                     self.logger.error("task %s on queue %s failed permanently: %s", v.jid, queue, v.reason)
-            if calls:
-                results = await apipeline(self.client, calls)
+            if verdicts:
+                results = await apipeline(self.client, [v.call for v in verdicts])
                 moved += sum(1 for r in results if not isinstance(r, BaseException))
             if cursor == 0:
                 return moved

@@ -8,7 +8,6 @@ queues it has workers for, which is also the only place its own retries land.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Sequence
 
@@ -16,9 +15,10 @@ import redis.asyncio
 
 from fencekit._redis import scripts
 from fencekit._redis.keys import KeySpace
-from fencekit._redis.store import apipeline
-from fencekit.errors import StoreError
-from fencekit.queue.loops import Backoff
+from fencekit._redis.run import apipeline
+from fencekit.queue.loops import Backoff, Loop
+
+__all__ = ["BATCH", "INTERVAL", "Scheduler"]
 
 INTERVAL = 0.2
 BATCH = 1000
@@ -35,18 +35,17 @@ class Scheduler:
         self.queues = list(queues)
         self.logger = logger
         self.moved = 0
-        self._backoff = Backoff(logger, "scheduler", base=INTERVAL, cap=2.0)
 
-    async def run(self) -> None:
-        while True:
-            try:
-                while await self.tick() >= BATCH:
-                    pass
-            except StoreError as exc:
-                await asyncio.sleep(self._backoff.failed(exc))
-                continue
-            self._backoff.succeeded()
-            await asyncio.sleep(INTERVAL)
+    def loop(self) -> Loop:
+        """Sweep every :data:`INTERVAL`, and again at once while batches come back full."""
+        return Loop(
+            "scheduler", self.sweep, lambda: INTERVAL, Backoff(self.logger, "scheduler", INTERVAL, 2.0)
+        )
+
+    async def sweep(self) -> None:
+        """Move everything due now, :data:`BATCH` per queue and call."""
+        while await self.tick() >= BATCH:
+            pass
 
     async def tick(self) -> int:
         """One sweep of every queue; returns the largest batch moved."""

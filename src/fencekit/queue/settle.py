@@ -4,14 +4,16 @@ Every way a delivery leaves a consumer's in-flight hash -- acknowledged
 (``ack_claim.lua``, in the consumer's turn), retried later (``retry.lua``),
 returned to the head of its queue (``requeue.lua``), or finished as failed or
 dead-lettered (``fail.lua``) -- is built here once, so the single-process
-``Server``, the pool and the reaper settle tasks by the same rules.
+``Server``, the pool and the reaper settle tasks by the same rules. Each
+call acts only while the :class:`Delivery` is still in flight (invariant I3).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
@@ -20,101 +22,114 @@ from fencekit._redis.keys import KeySpace
 from fencekit.errors import PayloadError
 from fencekit.queue import codec
 from fencekit.queue.ids import uuid7
-from fencekit.queue.job import job_resource
 from fencekit.queue.worker import RetryPolicy
 
-DEFAULT_FENCE_TTL_MS = 7 * 24 * 3600 * 1000
-DEFAULT_KEEP_DEAD = 10_000
+__all__ = ["Delivery", "Retention", "Verdict", "after_crash", "after_stop", "fail", "requeue", "retry"]
 
 
 @dataclass(frozen=True, slots=True)
-class SettleSettings:
-    """Expiry of job fence keys, and how many dead letters a queue keeps."""
+class Retention:
+    """How long a job's fence key lives after its last raise, and how many dead letters a queue keeps.
 
-    fence_ttl_ms: int = DEFAULT_FENCE_TTL_MS
-    keep_dead: int = DEFAULT_KEEP_DEAD
+    Built from the ``fence_ttl`` and ``keep_dead`` settings (:mod:`fencekit.settings`
+    holds their defaults).
+    """
+
+    fence_ttl_ms: int
+    keep_dead: int
+
+    @classmethod
+    def of(cls, settings: Mapping[str, Any]) -> Retention:
+        """From the ``fence_ttl`` (seconds) and ``keep_dead`` settings."""
+        return cls(max(1, round(settings["fence_ttl"] * 1000)), settings["keep_dead"])
 
 
-def _fence(keys: KeySpace, queue: str, jid: str | None, token: int) -> str:
-    return keys.fence(job_resource(queue, jid or f"token-{token}"))
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One claim of a task: its queue, the in-flight hash that holds it, its token and raw envelope."""
+
+    queue: str
+    inflight: str
+    token: int
+    raw: bytes = b""
+
+
+def _fence(keys: KeySpace, delivery: Delivery, jid: str | None) -> str:
+    return keys.job_fence(delivery.queue, jid or f"token-{delivery.token}")
 
 
 def fail(
     keys: KeySpace,
-    queue: str,
-    inflight: str,
-    token: int,
+    delivery: Delivery,
     *,
     jid: str | None,
+    retention: Retention,
     reason: str = "",
     consumer: str | None = None,
-    settings: SettleSettings,
 ) -> scripts.Call:
     """Finish as failed; with a ``reason`` also keep it as a dead letter."""
-    qk = keys.queue(queue)
+    qk = keys.queue(delivery.queue)
     record = b""
     if reason:
         record = orjson.dumps(
             {
                 "reason": reason,
                 "jid": jid,
-                "queue": queue,
-                "token": token,
+                "queue": delivery.queue,
+                "token": delivery.token,
                 "consumer": consumer,
                 "at": time.time_ns() // 1_000_000,
             }
         )
     return scripts.fail(
-        inflight=inflight,
+        inflight=delivery.inflight,
         stats=qk.stats,
         dead=qk.dead,
         dead_index=qk.dead_index,
-        fence=_fence(keys, queue, jid, token),
-        token=token,
+        fence=_fence(keys, delivery, jid),
+        token=delivery.token,
         record=record,
         dead_id=uuid7(),
-        keep_dead=settings.keep_dead,
-        fence_ttl_ms=settings.fence_ttl_ms,
+        keep_dead=retention.keep_dead,
+        fence_ttl_ms=retention.fence_ttl_ms,
     )
 
 
 def requeue(
     keys: KeySpace,
-    queue: str,
-    inflight: str,
-    token: int,
+    delivery: Delivery,
     envelope: bytes,
     *,
     jid: str | None,
     counter: str,
-    settings: SettleSettings,
+    retention: Retention,
 ) -> scripts.Call:
     """Return to the head of the queue (``counter`` "retried" for crashes, "" otherwise)."""
-    qk = keys.queue(queue)
+    qk = keys.queue(delivery.queue)
     return scripts.requeue(
-        inflight=inflight,
+        inflight=delivery.inflight,
         pending=qk.pending,
         stats=qk.stats,
         wake=qk.wake,
-        fence=_fence(keys, queue, jid, token),
-        token=token,
+        fence=_fence(keys, delivery, jid),
+        token=delivery.token,
         envelope=envelope,
         counter=counter,
-        fence_ttl_ms=settings.fence_ttl_ms,
+        fence_ttl_ms=retention.fence_ttl_ms,
     )
 
 
 def retry(
-    keys: KeySpace, queue: str, inflight: str, token: int, envelope: codec.Envelope, following: int
+    keys: KeySpace, delivery: Delivery, envelope: codec.Envelope, following: int, delay: float
 ) -> scripts.Call:
-    """Schedule attempt ``following`` after the policy's delay."""
-    qk = keys.queue(queue)
+    """Schedule attempt ``following`` in ``delay`` seconds (the policy's delay, decided by the caller)."""
+    qk = keys.queue(delivery.queue)
     return scripts.retry(
-        inflight=inflight,
+        inflight=delivery.inflight,
         scheduled=qk.scheduled,
         stats=qk.stats,
-        token=token,
-        delay_ms=round(RetryPolicy.delay(envelope.attempt) * 1000),
+        token=delivery.token,
+        delay_ms=round(delay * 1000),
         envelope=envelope.next_attempt(following),
     )
 
@@ -124,7 +139,7 @@ PolicyLookup = Callable[[str, str], RetryPolicy]
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """What happens to a delivery whose consumer died, and why (for the log)."""
+    """What happens to a delivery its consumer did not settle, and why (for the log)."""
 
     call: scripts.Call
     jid: str | None
@@ -133,51 +148,33 @@ class Verdict:
 
 
 def after_crash(
-    keys: KeySpace,
-    queue: str,
-    inflight: str,
-    token: int,
-    raw: bytes,
-    policy_for: PolicyLookup,
-    *,
-    settings: SettleSettings,
+    keys: KeySpace, delivery: Delivery, policy_for: PolicyLookup, *, retention: Retention
 ) -> Verdict:
     """A crash is a failed attempt: back at once with ``attempt + 1``, or failed."""
     try:
-        envelope = codec.decode(raw)
+        envelope = codec.decode(delivery.raw)
     except PayloadError as exc:
-        jid = codec.peek_jid(raw)
+        jid = codec.peek_jid(delivery.raw)
         reason = f"malformed payload: {exc}"
-        call = fail(keys, queue, inflight, token, jid=jid, reason=reason, settings=settings)
+        call = fail(keys, delivery, jid=jid, reason=reason, retention=retention)
         return Verdict(call, jid, False, reason)
-    following = policy_for(queue, envelope.operation).next_attempt(envelope.attempt)
+    following = policy_for(delivery.queue, envelope.operation).next_attempt(envelope.attempt)
     if following is None:
-        call = fail(keys, queue, inflight, token, jid=envelope.jid, settings=settings)
+        call = fail(keys, delivery, jid=envelope.jid, retention=retention)
         return Verdict(call, envelope.jid, False, f"its consumer died during attempt {envelope.attempt + 1}")
     call = requeue(
         keys,
-        queue,
-        inflight,
-        token,
+        delivery,
         envelope.next_attempt(following),
         jid=envelope.jid,
         counter="retried",
-        settings=settings,
+        retention=retention,
     )
     return Verdict(call, envelope.jid, True, f"attempt {envelope.attempt + 1} -> {following + 1}")
 
 
-def after_stop(
-    keys: KeySpace,
-    queue: str,
-    inflight: str,
-    token: int,
-    raw: bytes,
-    policy_for: PolicyLookup,
-    *,
-    settings: SettleSettings,
-) -> Verdict:
-    """A stop cut short by the supervisor: back as it was, no attempt counted."""
-    jid = codec.peek_jid(raw)
-    call = requeue(keys, queue, inflight, token, raw, jid=jid, counter="", settings=settings)
+def after_stop(keys: KeySpace, delivery: Delivery, *, retention: Retention) -> Verdict:
+    """A task returned unfinished (its consumer stopped, or the stop was cut short): back as it was."""
+    jid = codec.peek_jid(delivery.raw)
+    call = requeue(keys, delivery, delivery.raw, jid=jid, counter="", retention=retention)
     return Verdict(call, jid, True, "returned unfinished at shutdown")

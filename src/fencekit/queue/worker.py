@@ -14,7 +14,7 @@ runs again while ``retry`` is on and ``attempt < retry_count``, after
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -52,9 +52,12 @@ class RetryPolicy:
             return attempt + 1
         return None
 
-    @staticmethod
-    def delay(attempt: int) -> float:
-        """Seconds to wait before re-running a task that failed ``attempt`` times before."""
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait before re-running a task that failed ``attempt`` times before.
+
+        The seed's fixed ``1s * 1.5 ** attempt``; the consumer computes it once
+        per failure and hands it to the retry (:func:`fencekit.queue.settle.retry`).
+        """
         return RETRY_BASE_DELAY * RETRY_BACKOFF**attempt
 
 
@@ -168,5 +171,5 @@ class WorkerRegistry:
     def __len__(self) -> int:
         return len(self._specs)
 
-    def __iter__(self) -> Any:
+    def __iter__(self) -> Iterator[WorkerSpec]:
         return iter(self._specs.values())

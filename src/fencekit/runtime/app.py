@@ -1,42 +1,55 @@
-"""Loading ``APP``: ``module:attribute`` naming the workers of a pool.
+"""``App``: the workers of a deployment and its hooks; and loading one from ``module:attribute``.
 
-The attribute is a sequence of workers (classes or instances) or a callable
-returning one. Every failure is a :class:`~fencekit.errors.ConfigError` with
-one clear line, so the command can exit without a traceback.
+``python -m fencekit.pool APP`` names an attribute that is an :class:`App`, a
+sequence of workers (classes or instances), or a callable returning either.
+Every failure to load it is a :class:`~fencekit.errors.ConfigError` with one
+clear line, so the command can exit without a traceback. The hooks follow
+the one contract of :mod:`fencekit.runtime.hooks`.
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from fencekit.errors import ConfigError
+from fencekit.runtime.hooks import Hook, check_hook
 
-__all__ = ["App", "import_path", "load_app", "load_app_full", "load_worker_paths"]
+__all__ = ["App", "import_path", "load_app", "load_worker_paths", "load_workers"]
 
 
 @dataclass(frozen=True)
 class App:
-    """An APP with more than workers: startup hooks run once by the supervisor.
+    """Workers and hooks, as one importable value (``python -m fencekit.pool module:app``).
 
-    Each hook is ``async def hook(client: fencekit.Client) -> None`` and runs
-    after Redis is verified, before the children start (the demo uses one to
-    enqueue its first task).
+    ``on_startup``/``on_shutdown`` run in every process that runs jobs (each
+    pool child); ``on_pool_startup``/``on_pool_shutdown`` once per pool, in
+    the supervisor (the demo seeds its first task there). Each hook is an
+    ``async def`` of no argument or of the process's ``Client``.
     """
 
     workers: Sequence[object]
-    on_startup: Sequence[Callable[[Any], Awaitable[None]]] = field(default_factory=tuple)
+    on_startup: Sequence[Hook] = field(default_factory=tuple)
+    on_shutdown: Sequence[Hook] = field(default_factory=tuple)
+    on_pool_startup: Sequence[Hook] = field(default_factory=tuple)
+    on_pool_shutdown: Sequence[Hook] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        for what in ("on_startup", "on_shutdown", "on_pool_startup", "on_pool_shutdown"):
+            hooks = getattr(self, what)
+            if isinstance(hooks, (str, bytes)) or not isinstance(hooks, Sequence):
+                raise ConfigError(f"App({what}=...) takes a list of async functions, got {hooks!r}")
+            object.__setattr__(self, what, tuple(check_hook(h, what) for h in hooks))
 
 
-def load_app(spec: str) -> list[object]:
+def load_workers(spec: str) -> list[object]:
     """Import ``module:attribute`` and return its workers (not yet validated)."""
-    return load_app_full(spec).workers  # type: ignore[return-value]
+    return list(load_app(spec).workers)
 
 
-def load_app_full(spec: str) -> App:
+def load_app(spec: str) -> App:
     """Import ``module:attribute`` and return it as an :class:`App`."""
     if not isinstance(spec, str) or ":" not in spec:
         raise ConfigError(f"APP must look like 'package.module:attribute', got {spec!r}")
@@ -66,10 +79,10 @@ def load_app_full(spec: str) -> App:
             target = target()
         except Exception as exc:
             raise ConfigError(f"APP {spec!r}: calling it failed: {type(exc).__name__}: {exc}") from exc
-    hooks: Sequence[Callable[[Any], Awaitable[None]]] = ()
     if isinstance(target, App):
-        hooks = target.on_startup
-        target = target.workers
+        if not target.workers:
+            raise ConfigError(f"APP {spec!r} names no workers")
+        return target
     if isinstance(target, type) or not isinstance(target, Sequence) or isinstance(target, (str, bytes)):
         raise ConfigError(
             f"APP {spec!r} must be a sequence of workers (or a callable returning one), "
@@ -78,7 +91,7 @@ def load_app_full(spec: str) -> App:
     workers = list(target)
     if not workers:
         raise ConfigError(f"APP {spec!r} names no workers")
-    return App(workers, tuple(hooks))
+    return App(workers)
 
 
 def import_path(worker: object) -> str:

@@ -12,14 +12,15 @@ redis-py client, in three pipelined round trips, so ``/admin`` and
    consumer the size of its in-flight hash for each queue it polls;
 3. the newest dead letters of the queues that have any.
 
+Consumers are read as :class:`~fencekit.queue.registry.ConsumerRecord` values,
+the record their heartbeats write (one parser for the reaper and the pages).
 Two things live outside Redis and are handed in by whoever hosts the web
-app: pool children (a callable the supervisor provides, returning dicts
-with ``pid``, ``slot``, ``restarts``, ``uptime``) and job durations (a
+app: pool children (a callable the supervisor provides, returning
+:class:`ChildView` records, or None when there is no pool) and job durations: a
 :class:`DurationHistogram` the host feeds with :meth:`DurationHistogram.observe`,
-or a callable called at every read, returning either a list of fresh
-durations that is drained into the histogram or a whole histogram, as the
-pool would build from its children's bucket counts with
-:meth:`DurationHistogram.from_counts`).
+or a callable called at every read that returns the current histogram (the
+server's consumer's own, or one the pool sums from its children's bucket
+counts with :meth:`DurationHistogram.from_counts`).
 
 :meth:`AdminSource.ready` answers the readiness probe with a PING bounded by
 its own short timeout, so ``/ready`` stays fast while Redis hangs (SIGSTOP)
@@ -29,22 +30,22 @@ instead of waiting on a socket that never answers.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
-import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from typing import Any
 
-import orjson
 import redis.asyncio
 from redis.exceptions import RedisError
 
+from fencekit._redis.clients import aclose_client, async_client
 from fencekit._redis.keys import DEFAULT_PREFIX, KeySpace, validate_queue
-from fencekit._redis.store import RedisTarget, aclose_client, as_text, async_client, parse_url, translated
-from fencekit.errors import ConfigError, StoreError
-from fencekit.queue.client import DeadLetter, Queue, QueueStats
+from fencekit._redis.run import as_text, translated
+from fencekit._redis.url import RedisTarget, parse_url
+from fencekit.errors import StoreError
+from fencekit.queue.handle import DeadLetter, Queue, QueueStats
 from fencekit.queue.histogram import DurationHistogram
+from fencekit.queue.registry import ConsumerRecord, known_queues
+from fencekit.web.views import ChildView, ConsumerView, QueueView, Snapshot, consumer_view
 
 __all__ = [
     "AdminSource",
@@ -59,63 +60,7 @@ DEFAULT_READY_TIMEOUT = 0.5
 DEFAULT_SNAPSHOT_TIMEOUT = 5.0
 DEFAULT_DEAD_LETTERS = 20
 
-ChildInfo = Mapping[str, Any]
-ChildrenSource = Callable[[], Iterable[ChildInfo] | Awaitable[Iterable[ChildInfo]]]
-
-
-#: Upper bounds (seconds) of the job-duration buckets: Prometheus's defaults
-#: stretched to a minute, since background jobs are often slower than requests.
-@dataclass(frozen=True, slots=True)
-class QueueView:
-    """One queue as shown on /admin and /metrics."""
-
-    name: str
-    stats: QueueStats
-    pending: int
-    scheduled: int
-    in_flight: int
-    dead_letters: int
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumerView:
-    """One registered consumer: its registry info, last beat and current load."""
-
-    id: str
-    host: str
-    pid: int | None
-    kind: str
-    queues: tuple[str, ...]
-    concurrency: int | None
-    started: float | None
-    beat_age: float | None  # seconds since its last beat, on Redis's clock
-    in_flight: int
-    alive: bool  # beat younger than the heartbeat TTL
-
-
-@dataclass(frozen=True, slots=True)
-class ChildView:
-    """One pool child as reported by the supervisor."""
-
-    pid: int
-    slot: int
-    restarts: int
-    uptime: float
-    alive: bool = True
-    processed: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Snapshot:
-    """Everything the pages show, read at ``taken_at`` (Unix seconds)."""
-
-    queues: tuple[QueueView, ...]
-    totals: QueueStats
-    consumers: tuple[ConsumerView, ...]
-    dead_letters: tuple[DeadLetter, ...]
-    children: tuple[ChildView, ...] | None
-    durations: DurationHistogram
-    taken_at: float = field(default_factory=time.time)
+ChildrenSource = Callable[[], "tuple[ChildView, ...] | None"]
 
 
 class AdminSource:
@@ -134,7 +79,7 @@ class AdminSource:
         queues: Sequence[str] | None = None,
         *,
         children: ChildrenSource | None = None,
-        durations: DurationHistogram | Callable[[], list[float] | DurationHistogram] | None = None,
+        durations: DurationHistogram | Callable[[], DurationHistogram] | None = None,
         target: RedisTarget | None = None,
         heartbeat_ttl: float = 30.0,
         dead_letter_limit: int = DEFAULT_DEAD_LETTERS,
@@ -150,10 +95,10 @@ class AdminSource:
         self.children = children
         if isinstance(durations, DurationHistogram):
             self.durations = durations
-            self._drain: Callable[[], list[float] | DurationHistogram] | None = None
+            self._fresh_durations: Callable[[], DurationHistogram] | None = None
         else:
             self.durations = DurationHistogram()
-            self._drain = durations
+            self._fresh_durations = durations
         self.target = target
         self.heartbeat_ttl = heartbeat_ttl
         self.dead_letter_limit = dead_letter_limit
@@ -200,8 +145,7 @@ class AdminSource:
         """The queues shown in the table: the polled ones, or every known one."""
         if self.queues is not None:
             return list(self.queues)
-        with translated():
-            return sorted(as_text(q) for q in await self.redis.smembers(self.keys.queues))
+        return await known_queues(self.redis, self.keys)
 
     async def snapshot(self) -> Snapshot:
         """Read everything the pages show; raises :class:`StoreError` (also on timeout)."""
@@ -212,36 +156,13 @@ class AdminSource:
             raise StoreError(f"Redis did not answer within {self.snapshot_timeout:g}s") from None
 
     def feed_durations(self) -> None:
-        """Bring :attr:`durations` up to date from the ``durations`` callable, if one was given.
+        """Replace :attr:`durations` with what the ``durations`` callable returns, if one was given."""
+        if self._fresh_durations is not None:
+            self.durations = self._fresh_durations()
 
-        A list it returns is drained into the histogram; a histogram it
-        returns (say, the pool summing its children's counts) replaces it.
-        """
-        if self._drain is None:
-            return
-        fresh = self._drain()
-        if isinstance(fresh, DurationHistogram):
-            self.durations = fresh
-        else:
-            self.durations.drain(fresh)
-
-    async def pool_children(self) -> tuple[ChildView, ...] | None:
+    def pool_children(self) -> tuple[ChildView, ...] | None:
         """The supervisor's children, or None when there is no pool."""
-        if self.children is None:
-            return None
-        result = self.children()
-        items = await result if inspect.isawaitable(result) else result
-        return tuple(
-            ChildView(
-                pid=int(c.get("pid", 0)),
-                slot=int(c.get("slot", 0)),
-                restarts=int(c.get("restarts", 0)),
-                uptime=float(c.get("uptime", 0.0)),
-                alive=bool(c.get("alive", True)),
-                processed=_opt_int(c.get("processed")),
-            )
-            for c in items
-        )
+        return self.children() if self.children is not None else None
 
     async def _read(self) -> Snapshot:
         keys = self.keys
@@ -257,8 +178,10 @@ class AdminSource:
         every = sorted(known | set(shown))
         now_ms = int(now_s) * 1000 + int(now_us) // 1000
         beats = {as_text(cid): float(score) for cid, score in beats_raw}
-        infos = {as_text(cid): _info(raw) for cid, raw in consumers_raw.items()}
-        consumer_ids = sorted(set(infos) | set(beats))
+        records = {
+            as_text(cid): ConsumerRecord.from_json(as_text(cid), raw) for cid, raw in consumers_raw.items()
+        }
+        consumer_ids = sorted(set(records) | set(beats))
 
         with translated():
             pipe = self.redis.pipeline(transaction=False)
@@ -271,7 +194,9 @@ class AdminSource:
                 pipe.zcard(qk.dead_index)
             slots: list[tuple[str, str]] = []
             for cid in consumer_ids:
-                for q in _consumer_queues(infos.get(cid, {}), shown):
+                record = records.get(cid)
+                polled = record.queues if record is not None and record.queues is not None else shown
+                for q in polled:
                     slots.append((cid, q))
                     pipe.hlen(keys.queue(q).inflight(cid))
             replies = list(await pipe.execute())
@@ -296,8 +221,12 @@ class AdminSource:
             QueueView(q, stats[q], counts[q][0], counts[q][1], queue_inflight[q], counts[q][2]) for q in shown
         )
         consumers = tuple(
-            _consumer_view(
-                cid, infos.get(cid, {}), beats.get(cid), now_ms, consumer_inflight[cid], self.heartbeat_ttl
+            consumer_view(
+                records.get(cid) or ConsumerRecord.from_json(cid, None),
+                beats.get(cid),
+                now_ms,
+                consumer_inflight[cid],
+                self.heartbeat_ttl,
             )
             for cid in consumer_ids
         )
@@ -307,7 +236,7 @@ class AdminSource:
             totals=totals,
             consumers=consumers,
             dead_letters=letters,
-            children=await self.pool_children(),
+            children=self.pool_children(),
             durations=self.durations,
             taken_at=now_ms / 1000,
         )
@@ -331,53 +260,3 @@ class AdminSource:
             return True
         with translated():
             return bool(await self.redis.sismember(self.keys.queues, name))
-
-
-def _info(raw: bytes | str) -> dict[str, Any]:
-    try:
-        value = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-def _consumer_queues(info: Mapping[str, Any], shown: Sequence[str]) -> list[str]:
-    queues = info.get("queues")
-    if isinstance(queues, list) and all(isinstance(q, str) for q in queues):
-        valid = []
-        for q in queues:
-            try:
-                valid.append(validate_queue(q))
-            except ConfigError:
-                continue
-        return valid
-    return list(shown)
-
-
-def _opt_int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _opt_float(value: Any) -> float | None:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    return None
-
-
-def _consumer_view(
-    cid: str, info: Mapping[str, Any], beat_ms: float | None, now_ms: int, in_flight: int, ttl: float
-) -> ConsumerView:
-    age = max(0.0, (now_ms - beat_ms) / 1000) if beat_ms is not None else None
-    queues = info.get("queues")
-    return ConsumerView(
-        id=cid,
-        host=str(info.get("host", "")),
-        pid=_opt_int(info.get("pid")),
-        kind=str(info.get("kind", "")),
-        queues=tuple(str(q) for q in queues) if isinstance(queues, list) else (),
-        concurrency=_opt_int(info.get("concurrency")),
-        started=_opt_float(info.get("started")),
-        beat_age=age,
-        in_flight=in_flight,
-        alive=age is not None and age <= ttl,
-    )

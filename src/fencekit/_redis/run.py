@@ -1,0 +1,167 @@
+"""Running commands and scripts through redis-py, and the one translation of Redis errors.
+
+:func:`translate_error` (exceptions of redis-py and sockets) and
+:func:`translate_reply` (an error reply's text, as the hot path reads it)
+are the only places where a Redis error becomes ours: a script's refusal
+(``FENCED``, ``NOTOWNED`` ... via :data:`fencekit.errors.SCRIPT_ERRORS`),
+a ``READONLY`` reply (the master was demoted), or any other failure as
+:class:`~fencekit.errors.StoreError`. :func:`run`, :func:`arun` and
+:func:`apipeline` execute :class:`~fencekit._redis.scripts.Call` values by
+SHA and load a script on ``NOSCRIPT`` (the script did not run, so that is not
+a re-send). :class:`Durability` is the ``WAIT`` that follows writes when
+``durable_replicas`` asks for it (Redis refuses ``WAIT`` inside scripts).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import Any, NamedTuple, overload
+
+import redis
+import redis.asyncio
+from redis.exceptions import NoScriptError, ReadOnlyError, RedisError, ResponseError
+
+from fencekit._redis.scripts import Call
+from fencekit.errors import FenceKitError, StoreError, script_error
+
+__all__ = [
+    "Durability",
+    "apipeline",
+    "arun",
+    "as_text",
+    "run",
+    "translate_error",
+    "translate_reply",
+    "translated",
+]
+
+READONLY_REASON = "Redis is a read-only replica now (failover?)"
+
+
+@overload
+def as_text(value: bytes | str) -> str: ...
+@overload
+def as_text(value: bytes | str | None) -> str | None: ...
+def as_text(value: bytes | str | None) -> str | None:
+    """A reply as ``str`` whatever the client's ``decode_responses`` (``None`` stays ``None``).
+
+    Bytes that are not UTF-8 are replaced, not refused: a reply is shown or
+    compared, never trusted to be well-formed.
+    """
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    return value
+
+
+def is_readonly(message: str) -> bool:
+    """True for the error reply of a write sent to a replica."""
+    return message.startswith("READONLY")
+
+
+def translate_reply(message: str) -> FenceKitError:
+    """Our exception for an error reply's text (a script's refusal, READONLY, anything else)."""
+    if is_readonly(message):
+        return StoreError(f"{READONLY_REASON}: {message}")
+    mapped = script_error(message)
+    if mapped is not None:
+        return mapped
+    return StoreError(f"ResponseError: {message}")
+
+
+def translate_error(exc: BaseException) -> BaseException:
+    """Our exception for a redis-py or socket error; anything else is returned as it is."""
+    if isinstance(exc, ReadOnlyError):
+        return StoreError(f"{READONLY_REASON}: {exc}")
+    if isinstance(exc, ResponseError):
+        return translate_reply(str(exc))
+    if isinstance(exc, (RedisError, OSError)):
+        return StoreError(f"{type(exc).__name__}: {exc}")
+    return exc
+
+
+@contextlib.contextmanager
+def translated() -> Iterator[None]:
+    """Re-raise redis-py and socket errors as fencekit errors."""
+    try:
+        yield
+    except (TimeoutError, RedisError, OSError) as exc:
+        raise translate_error(exc) from exc
+
+
+class Durability(NamedTuple):
+    """``WAIT replicas timeout_ms`` after writes: how many replicas must confirm, within how long."""
+
+    replicas: int
+    timeout_ms: int
+
+    @classmethod
+    def of(cls, replicas: int, timeout: float) -> Durability | None:
+        """The WAIT of ``durable_replicas``/``durable_timeout`` settings, or None when off."""
+        return cls(replicas, max(1, round(timeout * 1000))) if replicas else None
+
+    def command(self) -> tuple[str, int, int]:
+        return ("WAIT", self.replicas, self.timeout_ms)
+
+    @property
+    def reply_timeout(self) -> float:
+        """Seconds to wait for WAIT's reply: its own timeout plus a margin for the round trip."""
+        return self.timeout_ms / 1000 + 5.0
+
+
+def run(client: redis.Redis | redis.RedisCluster, call: Call) -> Any:
+    """Execute ``call`` synchronously by SHA; load the script on ``NOSCRIPT``."""
+    keys_and_args = (*call.keys, *call.args)
+    with translated():
+        try:
+            return client.evalsha(call.script.sha, len(call.keys), *keys_and_args)
+        except NoScriptError:
+            client.script_load(call.script.source)
+            return client.evalsha(call.script.sha, len(call.keys), *keys_and_args)
+
+
+async def arun(client: redis.asyncio.Redis | redis.asyncio.RedisCluster, call: Call) -> Any:
+    """Execute ``call`` on an asyncio client by SHA; load the script on ``NOSCRIPT``."""
+    keys_and_args = (*call.keys, *call.args)
+    with translated():
+        try:
+            return await client.evalsha(call.script.sha, len(call.keys), *keys_and_args)
+        except NoScriptError:
+            await client.script_load(call.script.source)
+            return await client.evalsha(call.script.sha, len(call.keys), *keys_and_args)
+
+
+async def apipeline(
+    client: redis.asyncio.Redis, calls: Sequence[Call], *, wait: Durability | None = None
+) -> list[Any]:
+    """Run script ``calls`` in one round trip on an asyncio client.
+
+    Scripts missing on the server are loaded once and only their calls run
+    again (they did not run). A call's own error reply comes back translated
+    in its slot; a connection failure raises :class:`StoreError`. With
+    ``wait`` a ``WAIT`` follows the calls in the same round trip and its reply
+    -- how many replicas confirmed -- is appended to the results.
+    """
+    with translated():
+        results = await _evalsha_pipeline(client, calls, wait)
+        missing = [i for i, r in enumerate(results) if isinstance(r, NoScriptError)]
+        if missing:
+            for source in {calls[i].script.sha: calls[i].script.source for i in missing}.values():
+                await client.script_load(source)
+            again = await _evalsha_pipeline(client, [calls[i] for i in missing], wait)
+            for i, result in zip(missing, again):
+                results[i] = result
+            if wait is not None:
+                results[-1] = again[-1]
+    return [translate_error(r) if isinstance(r, BaseException) else r for r in results]
+
+
+async def _evalsha_pipeline(
+    client: redis.asyncio.Redis, calls: Sequence[Call], wait: Durability | None
+) -> list[Any]:
+    pipe = client.pipeline(transaction=False)
+    for c in calls:
+        pipe.evalsha(c.script.sha, len(c.keys), *c.keys, *c.args)
+    if wait is not None:
+        pipe.execute_command(*wait.command())
+    return list(await pipe.execute(raise_on_error=False))

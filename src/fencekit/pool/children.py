@@ -1,0 +1,135 @@
+"""A pool child as the supervisor sees it, and the mechanics of starting one and reading its end.
+
+A slot's process moves through :class:`ChildState`; the supervisor decides
+the moves (:mod:`fencekit.pool.supervisor`), this module only knows how to
+start a process -- by ``fork`` with signals blocked around it, or by exec of
+``python -m fencekit.pool.exec_child`` with its config on stdin -- and how
+to collect and describe its exit status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+
+from fencekit.pool.board import Board
+from fencekit.pool.child import ChildConfig, fork_hygiene, run_and_exit
+from fencekit.runtime.app import App
+
+__all__ = ["Child", "ChildState", "collect", "describe_exit", "exec_child", "fork_child"]
+
+_BLOCKED_AROUND_FORK = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD, signal.SIGQUIT}
+_NOT_FOR_CHILDREN = ("NOTIFY_SOCKET", "WATCHDOG_USEC")
+
+
+class ChildState(enum.Enum):
+    """Where a slot's current process is in its life."""
+
+    REGISTERING = "registering"
+    """A new incarnation: its consumer id is registered, its process not started yet."""
+    STARTING = "starting"
+    """Running, not serving yet."""
+    SERVING = "serving"
+    """Connected and consuming (it said so on the board)."""
+    REPLACING = "replacing"
+    """Told to stop by a rolling restart: a clean exit is expected, not a crash."""
+    HUNG = "hung"
+    """Killed because its event loop stopped ticking."""
+    EXITED = "exited"
+    """No process (before the first start, or after its exit)."""
+
+    @property
+    def alive(self) -> bool:
+        """A process exists."""
+        return self in (ChildState.STARTING, ChildState.SERVING, ChildState.REPLACING, ChildState.HUNG)
+
+    @property
+    def beating(self) -> bool:
+        """The supervisor beats for it (a hung child's beats stop, so peers may reap it)."""
+        return self in (ChildState.REGISTERING, ChildState.STARTING, ChildState.SERVING, ChildState.REPLACING)
+
+    @property
+    def trusted(self) -> bool:
+        """Alive and not hung: the supervisor's own reaper leaves its tasks alone."""
+        return self in (ChildState.STARTING, ChildState.SERVING, ChildState.REPLACING)
+
+
+@dataclass(slots=True)
+class Child:
+    """One slot and its current process."""
+
+    slot: int
+    consumer_id: str = ""
+    state: ChildState = ChildState.EXITED
+    pid: int = 0
+    pidfd: int = -1
+    popen: subprocess.Popen[bytes] | None = None
+    started: float = 0.0
+    restarts: int = 0
+    quick_deaths: int = 0
+    exited: asyncio.Future[int] | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self.state.alive
+
+    @property
+    def ready(self) -> bool:
+        return self.state is ChildState.SERVING
+
+
+def fork_child(config: ChildConfig, app: App, board: Board, logger: logging.Logger) -> int:
+    """Fork a child running ``config``; returns its pid (the child never returns).
+
+    Signals are blocked around the fork so none reaches the child before it
+    has undone the supervisor's handlers (:func:`~fencekit.pool.child.fork_hygiene`).
+    """
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _BLOCKED_AROUND_FORK)
+    try:
+        pid = os.fork()
+        if pid == 0:
+            fork_hygiene()
+            run_and_exit(config, app, board, logger)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+    return pid
+
+
+def exec_child(config: ChildConfig) -> subprocess.Popen[bytes]:
+    """Start ``python -m fencekit.pool.exec_child`` with ``config`` on its stdin (the board fd passed)."""
+    popen = subprocess.Popen(
+        [sys.executable, "-m", "fencekit.pool.exec_child"],
+        stdin=subprocess.PIPE,
+        pass_fds=(config.board_fd,),
+        env={k: v for k, v in os.environ.items() if k not in _NOT_FOR_CHILDREN},
+    )
+    assert popen.stdin is not None
+    popen.stdin.write(config.to_json())
+    popen.stdin.close()
+    return popen
+
+
+def collect(child: Child) -> int:
+    """Reap the exited process of ``child``; its ``waitpid`` status."""
+    if child.popen is not None:
+        child.popen.wait()
+        code = child.popen.returncode
+        # Popen reports a death by signal N as -N; re-encode it the way waitpid does.
+        return (code << 8) if code >= 0 else -code
+    _, status = os.waitpid(child.pid, 0)
+    return status
+
+
+def describe_exit(status: int) -> tuple[int, str]:
+    """``(code, how)`` of a ``waitpid`` status: the exit code (``-N`` for signal N) and words for the log."""
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        return -sig, f"killed by {signal.Signals(sig).name}"
+    code = os.WEXITSTATUS(status)
+    return code, f"exited with code {code}"

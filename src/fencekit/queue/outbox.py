@@ -1,0 +1,146 @@
+"""The consumer's bookkeeping between two turns: outcomes waiting to be sent, and what a turn carried.
+
+Finished tasks do not talk to Redis themselves: they record their outcome
+here -- an ack (grouped per queue, sent in that queue's next ``ack_claim``)
+or a settle call (retry, fail, requeue) -- and the consumer's loop sends
+everything at once in its next turn (:meth:`Outbox.take`). A turn that
+fails is put back (:meth:`Outbox.restore`) so its outcomes go out with the
+next one: an ack that did land the first time is refused the second time and
+counted as fenced out, never as processed twice.
+
+No I/O here, so the rules are unit-tested without Redis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from fencekit._redis.scripts import Call
+
+__all__ = ["AckClaim", "Outbox", "Settle", "Turn"]
+
+
+@dataclass(slots=True)
+class Settle:
+    """A retry, fail or requeue of one delivery (its script call is built already)."""
+
+    queue: str
+    token: int
+    call: Call
+
+
+@dataclass(slots=True)
+class AckClaim:
+    """One queue's ``ack_claim`` in a turn: the deliveries it acknowledges, how many tasks it claims."""
+
+    queue: str
+    acks: list[int]
+    want: int
+
+
+@dataclass(slots=True)
+class Turn:
+    """What one round trip carries: ``items[i]`` is sent as ``calls[i]``."""
+
+    items: list[Settle | AckClaim] = field(default_factory=list)
+    calls: list[Call] = field(default_factory=list)
+
+    @property
+    def claims(self) -> bool:
+        """True if the turn claims tasks (a lost reply then leaves unknown tasks in flight)."""
+        return any(isinstance(i, AckClaim) and i.want for i in self.items)
+
+    @property
+    def settles(self) -> bool:
+        """True if the turn finishes any delivery (then a durable consumer WAITs for replicas)."""
+        return any(isinstance(i, Settle) or i.acks for i in self.items)
+
+    def tokens(self, queue: str) -> set[int]:
+        """The deliveries of ``queue`` whose outcome this turn sends."""
+        out: set[int] = set()
+        for item in self.items:
+            if item.queue == queue:
+                if isinstance(item, Settle):
+                    out.add(item.token)
+                else:
+                    out.update(item.acks)
+        return out
+
+
+AckClaimCall = Callable[[str, int, Sequence[int]], Call]
+
+
+class Outbox:
+    """Outcomes waiting for the next turn, and the jid of each (for log lines).
+
+    ``ack_claim(queue, want, acks)`` builds the script call of one queue's
+    ack and claim; the outbox decides what goes into a turn, not how a call
+    is spelled.
+    """
+
+    __slots__ = ("_ack_claim", "_acks", "_jids", "_settles")
+
+    def __init__(self, queues: Iterable[str], ack_claim: AckClaimCall) -> None:
+        self._acks: dict[str, list[int]] = {q: [] for q in queues}
+        self._settles: list[Settle] = []
+        self._jids: dict[tuple[str, int], str | None] = {}
+        self._ack_claim = ack_claim
+
+    def __bool__(self) -> bool:
+        """True while any outcome waits to be sent."""
+        return bool(self._settles) or any(self._acks.values())
+
+    def ack(self, queue: str, token: int, jid: str | None) -> None:
+        """Delivery ``token`` of ``queue`` succeeded: acknowledge it in the queue's next ack_claim."""
+        self._jids[(queue, token)] = jid
+        self._acks[queue].append(token)
+
+    def settle(self, queue: str, token: int, call: Call, jid: str | None) -> None:
+        """Delivery ``token`` ends with ``call`` (retry, fail or requeue) in the next turn."""
+        self._jids[(queue, token)] = jid
+        self._settles.append(Settle(queue, token, call))
+
+    def jid(self, queue: str, token: int) -> str | None:
+        """The jid of an outcome, if it is still waiting or in a turn (for a log line)."""
+        return self._jids.get((queue, token))
+
+    def done(self, queue: str, token: int) -> str | None:
+        """Forget the outcome of ``token`` (its reply came back); returns its jid."""
+        return self._jids.pop((queue, token), None)
+
+    def take(self, claim_queue: str | None, want: int) -> Turn:
+        """Everything waiting, plus a claim of ``want`` tasks of ``claim_queue``, as one turn.
+
+        Settles go first, then one ``ack_claim`` per queue that has acks or
+        is the one to claim from, in the order the queues were given.
+        """
+        turn = Turn()
+        for item in self._settles:
+            turn.items.append(item)
+            turn.calls.append(item.call)
+        self._settles = []
+        for queue, acks in self._acks.items():
+            wanted = want if queue == claim_queue else 0
+            if not acks and not wanted:
+                continue
+            self._acks[queue] = []
+            turn.items.append(AckClaim(queue, acks, wanted))
+            turn.calls.append(self._ack_claim(queue, wanted, acks))
+        return turn
+
+    def restore(self, turn: Turn) -> None:
+        """Keep the outcomes of a turn that failed for the next one (acks first, as they were)."""
+        for item in turn.items:
+            if isinstance(item, Settle):
+                self._settles.append(item)
+            else:
+                self._acks[item.queue][:0] = item.acks
+
+    def restore_acks(self, item: AckClaim) -> None:
+        """Put back the acks of one ``ack_claim`` whose script failed."""
+        self._acks[item.queue][:0] = item.acks
+
+    def waiting(self, queue: str) -> set[int]:
+        """The deliveries of ``queue`` whose outcome waits for a later turn."""
+        return set(self._acks[queue]) | {s.token for s in self._settles if s.queue == queue}

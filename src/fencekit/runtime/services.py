@@ -1,0 +1,171 @@
+"""The components that are not the hot path, assembled once for ``Server`` and the supervisor.
+
+Heartbeat, reaper, scheduler and web server are built here, from the
+settings and from a :class:`Placement` -- what the process that hosts them
+knows: which consumers it beats for and knows alive, the job durations it
+can see, its pool children (none for a ``Server``). Both placements start and
+stop them in the same order:
+
+1. :meth:`Services.open` -- Redis answers, the queue names are registered;
+2. :meth:`Services.start_web` -- the web port is bound (a busy port fails
+   here, before any consumer or child starts);
+3. the placement registers its consumers (:meth:`Services.beat_once`) and
+   starts them;
+4. :meth:`Services.start_loops` -- the periodic loops (plus the
+   placement's own, such as the supervisor's hang watch);
+5. :meth:`Services.close` -- each step bounded, so a stop always ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+import redis.asyncio
+
+from fencekit._redis.clients import aclose_client, async_client
+from fencekit._redis.keys import KeySpace
+from fencekit._redis.run import translated
+from fencekit._redis.url import RedisTarget
+from fencekit.errors import ConfigError
+from fencekit.queue.heartbeat import Heartbeat
+from fencekit.queue.histogram import DurationHistogram
+from fencekit.queue.loops import Loop
+from fencekit.queue.reaper import Reaper
+from fencekit.queue.registry import ConsumerRecord, register_queues
+from fencekit.queue.scheduler import Scheduler
+from fencekit.queue.settle import Retention
+from fencekit.queue.worker import WorkerRegistry
+
+if TYPE_CHECKING:
+    from fencekit.web.serve import WebServer
+    from fencekit.web.source import ChildView
+
+__all__ = ["STOP_STEP", "Placement", "Services"]
+
+STOP_STEP = 5.0  # the most one step of a shutdown may take
+
+
+class Placement(Protocol):
+    """What the process hosting the services tells them (a ``Server`` or a ``Supervisor``)."""
+
+    def beat_entries(self) -> Mapping[str, ConsumerRecord]:
+        """The consumers to register and beat for now."""
+
+    def alive_consumers(self) -> Collection[str]:
+        """Consumers this process knows are alive: its own reaper never reaps them."""
+
+    def on_beat(self, when: float) -> None:
+        """A beat reached Redis at ``when`` (monotonic); the supervisor tells its children."""
+
+    def durations(self) -> DurationHistogram:
+        """Job durations this process can see, for /admin and /metrics."""
+
+    def children_view(self) -> tuple[ChildView, ...] | None:
+        """The pool's children, or None for a ``Server``."""
+
+
+class Services:
+    """Heartbeat, reaper, scheduler and web of one placement (see the module docstring)."""
+
+    def __init__(
+        self,
+        placement: Placement,
+        *,
+        settings: Mapping[str, Any],
+        target: RedisTarget,
+        keys: KeySpace,
+        registry: WorkerRegistry,
+        logger: logging.Logger,
+        redis: redis.asyncio.Redis | None = None,
+    ) -> None:
+        """``redis``: the client to use (and close at the end) instead of a new one."""
+        self.placement = placement
+        self.settings = settings
+        self.target = target
+        self.keys = keys
+        self.queues = registry.queues
+        self.logger = logger
+        ttl = settings["heartbeat_ttl"]
+        self.redis = redis if redis is not None else async_client(target)
+        self.heartbeat = Heartbeat(self.redis, keys, ttl, logger, placement.beat_entries, placement.on_beat)
+        self.reaper = Reaper(
+            self.redis, keys, registry, ttl, logger, Retention.of(settings), alive=placement.alive_consumers
+        )
+        self.scheduler = Scheduler(self.redis, keys, self.queues, logger)
+        self.loops: list[Loop] = [self.heartbeat.loop(), self.reaper.loop(), self.scheduler.loop()]
+        self.web: WebServer | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def open(self) -> None:
+        """Check that Redis answers and register the queue names; raises StoreError."""
+        with translated():
+            await self.redis.ping()
+        await register_queues(self.redis, self.keys, self.queues)
+
+    async def start_web(self) -> None:
+        """Start /live /ready /admin /metrics on ``web_port`` (unless None); ConfigError if it is busy."""
+        if self.settings["web_port"] is None:
+            return
+        from fencekit.web.app import create_app
+        from fencekit.web.serve import WebServer
+        from fencekit.web.source import AdminSource
+
+        source = AdminSource(
+            self.redis,
+            self.keys,
+            self.queues,
+            children=self.placement.children_view,
+            durations=self.placement.durations,
+            target=self.target,
+            heartbeat_ttl=self.settings["heartbeat_ttl"],
+            logger=self.logger,
+        )
+        app = create_app(
+            source,
+            admin_username=self.settings["admin_username"],
+            admin_password=self.settings["admin_password"],
+        )
+        host, port = self.settings["web_host"], self.settings["web_port"]
+        web = WebServer(app, host, port, logger=self.logger)
+        try:
+            await web.start()
+        except OSError as exc:
+            raise ConfigError(
+                f"web_port {port}: cannot listen on {host}:{port} ({exc.strerror or exc}); "
+                "choose another port (--web-port, FENCEKIT_WEB_PORT) or off"
+            ) from exc
+        self.web = web
+
+    async def beat_once(self) -> None:
+        """Register the placement's consumers now, before they may claim; raises StoreError."""
+        await self.heartbeat.beat_once()
+
+    def start_loops(self, extra: Sequence[Loop] = ()) -> None:
+        """Run the heartbeat, reaper and scheduler loops (and ``extra``) until :meth:`close`."""
+        self.loops.extend(extra)
+        self._tasks = [asyncio.create_task(loop.run(), name=f"fencekit-{loop.name}") for loop in self.loops]
+
+    def loops_alive(self) -> bool:
+        """True while every started loop runs (a loop that ended is a bug: the watchdog must notice)."""
+        return bool(self._tasks) and not any(task.done() for task in self._tasks)
+
+    async def close(self) -> None:
+        """Stop the loops and the web server and close Redis, each step within :data:`STOP_STEP`."""
+        for task in self._tasks:
+            task.cancel()
+        await self.bounded("stopping the shared loops", asyncio.gather(*self._tasks, return_exceptions=True))
+        self._tasks = []
+        if self.web is not None:
+            await self.bounded("stopping the web server", self.web.stop())
+            self.web = None
+        await self.bounded("closing the Redis connections", aclose_client(self.redis))
+
+    async def bounded(self, what: str, awaitable: Awaitable[Any]) -> None:
+        """One step of a shutdown, given at most :data:`STOP_STEP` seconds: a stop must end."""
+        try:
+            await asyncio.wait_for(awaitable, STOP_STEP)
+        except asyncio.TimeoutError:
+            self.logger.error("stop: %s took longer than %.0fs; going on without it", what, STOP_STEP)

@@ -1,0 +1,237 @@
+"""The Starlette app: :func:`create_app` and its route handlers (routes in :mod:`fencekit.web`).
+
+Handlers are methods of :class:`_Admin`, which holds what ``create_app``
+was given; two wrappers add the checks: :meth:`_Admin.guarded` (Basic Auth)
+and :meth:`_Admin.checked_post` (same origin, CSRF token, a known queue).
+Every HTML response carries :data:`~fencekit.web.security.SECURITY_HEADERS`.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Awaitable, Callable
+
+from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from fencekit._redis.keys import validate_queue
+from fencekit.errors import ConfigError, StoreError
+from fencekit.web.metrics import Metrics
+from fencekit.web.pages import render_confirm, render_dashboard, render_error
+from fencekit.web.security import SECURITY_HEADERS, Credentials, process_csrf_token, read_form, same_origin
+from fencekit.web.source import AdminSource
+
+__all__ = ["DEFAULT_REFRESH", "create_app"]
+
+DEFAULT_REFRESH = 5
+
+Handler = Callable[[Request], Awaitable[Response]]
+FormHandler = Callable[[Request, dict[str, str]], Awaitable[Response]]
+
+
+def create_app(
+    source: AdminSource,
+    *,
+    admin_username: str | None = None,
+    admin_password: str | None = None,
+    refresh: int = DEFAULT_REFRESH,
+    protect_metrics: bool = True,
+    csrf_token: str | None = None,
+) -> Starlette:
+    """The ASGI app serving probes, /admin and /metrics from ``source``.
+
+    Basic Auth is on only when both ``admin_username`` and ``admin_password``
+    are given. ``refresh`` is the dashboard's reload interval in seconds.
+    ``csrf_token`` defaults to one random token per process, so several
+    mounts of the app (or a restart of the web server) keep accepting forms
+    rendered earlier by the same process. ``app.state.registry`` is the
+    Prometheus registry of /metrics, for the host to add its own collectors.
+    """
+    if type(refresh) is not int or refresh < 1:
+        raise ConfigError(f"refresh must be an int >= 1 (seconds), got {refresh!r}")
+    credentials = None
+    if admin_username is not None and admin_password is not None:
+        if not admin_username or not admin_password:
+            raise ConfigError("admin_username and admin_password must not be empty strings")
+        credentials = Credentials(admin_username.encode(), admin_password.encode())
+    admin = _Admin(source, credentials, csrf_token or process_csrf_token(), refresh)
+    guarded, checked_post = admin.guarded, admin.checked_post
+    routes = [
+        Route("/live", admin.live, methods=["GET"]),
+        Route("/ready", admin.ready, methods=["GET"]),
+        Route("/admin", guarded(admin.dashboard), methods=["GET"]),
+        Route("/admin/purge", guarded(admin.purge_confirm), methods=["GET"]),
+        Route("/admin/purge", guarded(checked_post(admin.purge)), methods=["POST"]),
+        Route("/admin/revive", guarded(checked_post(admin.revive)), methods=["POST"]),
+        Route("/metrics", guarded(admin.metrics) if protect_metrics else admin.metrics, methods=["GET"]),
+    ]
+    app = Starlette(routes=routes)
+    app.state.registry = admin.prometheus.registry
+    app.state.source = source
+    app.state.admin_open = credentials is None
+    return app
+
+
+class _Admin:
+    """The route handlers of one app, sharing its source, credentials, token and refresh."""
+
+    def __init__(
+        self, source: AdminSource, credentials: Credentials | None, token: str, refresh: int
+    ) -> None:
+        self.source = source
+        self.credentials = credentials
+        self.token = token
+        self.refresh = refresh
+        self.prometheus = Metrics(source)
+
+    # checks ------------------------------------------------------------------
+    def guarded(self, handler: Handler) -> Handler:
+        """``handler`` behind Basic Auth, when credentials are configured."""
+        credentials = self.credentials
+        if credentials is None:
+            return handler
+
+        async def endpoint(request: Request) -> Response:
+            if not credentials.match(request.headers.get("authorization")):
+                return Response(
+                    "authentication required\n",
+                    status_code=401,
+                    media_type="text/plain",
+                    headers={"WWW-Authenticate": 'Basic realm="fencekit", charset="UTF-8"'},
+                )
+            return await handler(request)
+
+        return endpoint
+
+    def checked_post(self, handler: FormHandler) -> Handler:
+        """Same-origin and CSRF checks and a known ``queue`` field, then ``handler(request, form)``."""
+
+        async def endpoint(request: Request) -> Response:
+            if not same_origin(request):
+                return _error(request, 403, "Forbidden", "cross-origin or origin-less form post refused")
+            form = await read_form(request)
+            if form is None:
+                return _error(request, 413, "Too large", "form too large")
+            if not secrets.compare_digest(form.get("csrf", "").encode(), self.token.encode()):
+                return _error(request, 403, "Forbidden", "missing or stale form token: reload the page")
+            try:
+                if not await self._known(form.get("queue", "")):
+                    return _error(request, 404, "Not found", "no such queue")
+                return await handler(request, form)
+            except StoreError as exc:
+                return self._redis_down(request, exc)
+
+        return endpoint
+
+    async def _known(self, queue: str) -> bool:
+        """True if ``queue`` is a valid name the pages may act on; raises :class:`StoreError`."""
+        try:
+            validate_queue(queue)
+            return await self.source.is_known(queue)
+        except ConfigError:
+            return False
+
+    # probes ------------------------------------------------------------------
+    async def live(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def ready(self, request: Request) -> Response:
+        if await self.source.ready():
+            return JSONResponse({"status": "ok"})
+        return JSONResponse({"status": "redis unavailable"}, status_code=503)
+
+    # pages -------------------------------------------------------------------
+    async def dashboard(self, request: Request) -> Response:
+        try:
+            snap = await self.source.snapshot()
+        except StoreError as exc:
+            return self._redis_down(request, exc)
+        body = render_dashboard(
+            snap,
+            root=_root(request),
+            token=self.token,
+            refresh=self.refresh,
+            notice=_notice(request),
+            redis=self.source.redis_display,
+        )
+        return HTMLResponse(body, headers=SECURITY_HEADERS)
+
+    async def purge_confirm(self, request: Request) -> Response:
+        queue = request.query_params.get("queue", "")
+        try:
+            if not await self._known(queue):
+                return _error(request, 404, "Not found", "no such queue")
+            pending = await self.source.queue(queue).length()
+        except StoreError as exc:
+            return self._redis_down(request, exc)
+        body = render_confirm(queue, pending, root=_root(request), token=self.token)
+        return HTMLResponse(body, headers=SECURITY_HEADERS)
+
+    # actions (behind checked_post) -------------------------------------------
+    async def purge(self, request: Request, form: dict[str, str]) -> Response:
+        if form.get("confirm") != "yes":
+            return _error(request, 400, "Not confirmed", "purging needs the confirmation step")
+        queue = form["queue"]
+        dropped = await self.source.queue(queue).purge()
+        self.source.logger.warning("admin: purged %d pending task(s) of queue %r", dropped, queue)
+        return RedirectResponse(f"{_root(request)}/admin?done=purged&n={dropped}", status_code=303)
+
+    async def revive(self, request: Request, form: dict[str, str]) -> Response:
+        queue, dead_id = form["queue"], form.get("id", "")
+        if not dead_id or len(dead_id) > 200:
+            return _error(request, 400, "Bad request", "missing dead-letter id")
+        revived = await self.source.queue(queue).revive(dead_id)
+        if revived:
+            self.source.logger.info("admin: re-enqueued dead letter %r of queue %r", dead_id, queue)
+        done = "revived" if revived else "gone"
+        return RedirectResponse(f"{_root(request)}/admin?done={done}", status_code=303)
+
+    # metrics and errors ------------------------------------------------------
+    async def metrics(self, request: Request) -> Response:
+        return Response(await self.prometheus.scrape(), media_type=CONTENT_TYPE_LATEST)
+
+    def _redis_down(self, request: Request, exc: StoreError) -> Response:
+        """503, reloading itself until Redis answers; shows the Redis URL without its password."""
+        self.source.logger.warning("admin page: Redis unavailable: %s", exc)
+        return _error(
+            request,
+            503,
+            "Redis unavailable",
+            "Redis did not answer; the page will retry.",
+            refresh=DEFAULT_REFRESH,
+            redis=self.source.redis_display,
+        )
+
+
+def _root(request: Request) -> str:
+    """Where the app is mounted ("" at the top level), for links and redirects."""
+    return str(request.scope.get("root_path", "")).rstrip("/")
+
+
+def _notice(request: Request) -> str | None:
+    """The outcome of the last action, from a fixed set of messages (never echoed input)."""
+    done = request.query_params.get("done")
+    if done == "revived":
+        return "Dead letter re-enqueued."
+    if done == "gone":
+        return "That dead letter was already gone (re-enqueued or dropped)."
+    if done == "purged":
+        count = request.query_params.get("n", "")
+        return f"Queue purged: {int(count) if count.isdigit() else 0} pending task(s) dropped."
+    return None
+
+
+def _error(
+    request: Request,
+    status: int,
+    title: str,
+    message: str,
+    *,
+    refresh: int | None = None,
+    redis: str | None = None,
+) -> Response:
+    body = render_error(title, message, root=_root(request), refresh=refresh, redis=redis)
+    return HTMLResponse(body, status_code=status, headers=SECURITY_HEADERS)

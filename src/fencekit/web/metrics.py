@@ -1,0 +1,151 @@
+"""``/metrics``: the admin source's reading in Prometheus text format.
+
+Counters and gauges per queue, the consumers with a fresh heartbeat, the
+job-duration histogram of this process and, under a pool, its children.
+``fencekit_redis_up`` is 0 when Redis did not answer the scrape; the
+histogram and the children, which do not live in Redis, are still reported.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+
+from fencekit.errors import StoreError
+from fencekit.web.source import AdminSource, ChildView, DurationHistogram, Snapshot
+
+__all__ = ["Collector", "Metrics", "Reading", "read"]
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """What one scrape reports; ``snapshot`` is None when Redis did not answer."""
+
+    snapshot: Snapshot | None
+    children: tuple[ChildView, ...] | None
+    durations: DurationHistogram
+
+
+async def read(source: AdminSource) -> Reading:
+    """Read ``source`` for one scrape, falling back to what lives outside Redis."""
+    try:
+        snap = await source.snapshot()
+    except StoreError as exc:
+        source.logger.warning("metrics: Redis unavailable: %s", exc)
+        return Reading(None, source.pool_children(), source.durations)
+    return Reading(snap, snap.children, snap.durations)
+
+
+_COUNTERS = (
+    ("processed", "Tasks whose worker completed (each task counted once)."),
+    ("failed", "Tasks permanently dropped: retries exhausted, no worker, malformed."),
+    ("fenced_out", "Settlements refused because the delivery was no longer current."),
+    ("dead", "Failed tasks kept as dead letters."),
+    ("retried", "Attempts scheduled again after an exception or a crash."),
+    ("enqueued", "Tasks accepted into the queue (revived ones included)."),
+)
+
+
+_GAUGES = (
+    ("pending", "Tasks waiting in the queue."),
+    ("scheduled", "Tasks waiting for a retry delay or a delayed start."),
+    ("in_flight", "Tasks claimed by registered consumers and not settled yet."),
+    ("dead_letters", "Dead letters currently kept for an operator."),
+)
+
+
+class Metrics:
+    """The registry of /metrics, holding fencekit's collector (hosts may register their own)."""
+
+    def __init__(self, source: AdminSource) -> None:
+        self.source = source
+        self.collector = Collector()
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self.collector)
+
+    async def scrape(self) -> bytes:
+        """Read the source and render every collector of the registry in text format."""
+        self.collector.reading = await read(self.source)
+        try:
+            return generate_latest(self.registry)
+        finally:
+            self.collector.reading = None
+
+
+class Collector:
+    """Turns the reading taken for one scrape into metric families.
+
+    ``collect()`` is synchronous (prometheus_client calls it), while Redis is
+    read asynchronously: the /metrics handler reads Redis, puts the reading
+    here and renders at once, with no ``await`` in between, so concurrent
+    scrapes on one event loop never see each other's readings.
+    """
+
+    def __init__(self) -> None:
+        self.reading: Reading | None = None
+
+    def collect(self) -> Iterable[Metric]:
+        reading = self.reading
+        if reading is None:
+            return
+        snap = reading.snapshot
+        up = GaugeMetricFamily("fencekit_redis_up", "1 if Redis answered this scrape, else 0.")
+        up.add_metric([], 1.0 if snap is not None else 0.0)
+        yield up
+        if snap is not None:
+            yield from _queue_metrics(snap)
+        yield _histogram(reading.durations)
+        if reading.children is not None:
+            yield from _child_metrics(reading.children)
+
+
+def _queue_metrics(snap: Snapshot) -> Iterator[Metric]:
+    for name, doc in _COUNTERS:
+        family = CounterMetricFamily(f"fencekit_{name}", doc, labels=["queue"])
+        for q in snap.queues:
+            family.add_metric([q.name], float(getattr(q.stats, name)))
+        yield family
+    for name, doc in _GAUGES:
+        gauge = GaugeMetricFamily(f"fencekit_{name}", doc, labels=["queue"])
+        for q in snap.queues:
+            gauge.add_metric([q.name], float(getattr(q, name)))
+        yield gauge
+    consumers = GaugeMetricFamily("fencekit_consumers", "Registered consumers with a fresh heartbeat.")
+    consumers.add_metric([], float(sum(1 for c in snap.consumers if c.alive)))
+    yield consumers
+
+
+def _histogram(durations: DurationHistogram) -> Metric:
+    buckets = [("+Inf" if math.isinf(b) else repr(b), float(n)) for b, n in durations.cumulative()]
+    return HistogramMetricFamily(
+        "fencekit_job_duration_seconds",
+        "Time spent in perform() per job, in this process.",
+        buckets=buckets,
+        sum_value=durations.sum,
+    )
+
+
+def _child_metrics(children: tuple[ChildView, ...]) -> Iterator[Metric]:
+    restarts = CounterMetricFamily(
+        "fencekit_pool_child_restarts", "Times the pool restarted the child of a slot.", labels=["slot"]
+    )
+    uptime = GaugeMetricFamily(
+        "fencekit_pool_child_uptime_seconds", "Seconds since the child of a slot started.", labels=["slot"]
+    )
+    for child in children:
+        restarts.add_metric([str(child.slot)], float(child.restarts))
+        uptime.add_metric([str(child.slot)], child.uptime)
+    yield restarts
+    yield uptime
+    count = GaugeMetricFamily("fencekit_pool_children", "Pool children running now.")
+    count.add_metric([], float(len(children)))
+    yield count

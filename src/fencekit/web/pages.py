@@ -1,0 +1,116 @@
+"""The HTML pages, rendered from the Jinja2 templates in ``templates/``.
+
+Autoescaping is on for every template, so each string that came from users
+or Redis (queue names, consumer ids, dead-letter reasons and payloads) is
+HTML-escaped where it is written; nothing of theirs is ever marked safe.
+Only :func:`_quantile`, which formats numbers, returns markup (``&le;``).
+``StrictUndefined`` makes a misspelt variable an error instead of an empty
+cell. The formatting helpers below are the templates' filters and globals.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timezone
+from urllib.parse import quote
+
+from jinja2 import Environment, PackageLoader, StrictUndefined
+from markupsafe import Markup
+
+from fencekit.web.source import DurationHistogram, Snapshot
+
+__all__ = ["render_confirm", "render_dashboard", "render_error"]
+
+#: Characters of a dead letter's payload shown in the table.
+PAYLOAD_PREVIEW = 300
+
+
+def render_dashboard(
+    snap: Snapshot, *, root: str, token: str, refresh: int, notice: str | None, redis: str | None
+) -> str:
+    """The dashboard of ``snap``; it reloads itself every ``refresh`` seconds."""
+    return _env.get_template("dashboard.html").render(
+        snap=snap, root=root, token=token, refresh=refresh, notice=notice, redis=redis
+    )
+
+
+def render_confirm(queue: str, pending: int, *, root: str, token: str) -> str:
+    """The confirmation step before purging ``queue`` (it does not reload itself)."""
+    return _env.get_template("confirm.html").render(
+        queue=queue, pending=pending, root=root, token=token, refresh=None
+    )
+
+
+def render_error(
+    title: str, message: str, *, root: str, refresh: int | None = None, redis: str | None = None
+) -> str:
+    """An error page, linking back to the dashboard (and reloading itself if ``refresh``)."""
+    return _env.get_template("error.html").render(
+        title=title, message=message, root=root, refresh=refresh, redis=redis
+    )
+
+
+def _ago(seconds: float | None) -> str:
+    if seconds is None:
+        return "never"
+    if seconds < 1:
+        return "just now"
+    return f"{_span(seconds)} ago"
+
+
+def _span(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs} s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {minutes} min"
+    return f"{hours // 24} d {hours % 24} h"
+
+
+def _clock(at: float) -> str:
+    return datetime.fromtimestamp(at, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _ms(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 0.001:
+        return f"{seconds * 1e6:.0f} µs"
+    return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
+
+
+def _quantile(d: DurationHistogram, q: float) -> str:
+    """The bucket bound of the ``q`` quantile, as "&le; 25.0 ms" (or "&gt;" the last bound)."""
+    bound = d.quantile_bound(q)
+    if bound is None:
+        return "-"
+    if math.isinf(bound):
+        return Markup("&gt; %s") % _ms(d.bounds[-1])
+    return Markup("&le; %s") % _ms(bound)
+
+
+def _preview(raw: bytes) -> str:
+    payload = raw.decode("utf-8", errors="replace")
+    return payload[:PAYLOAD_PREVIEW] + "…" if len(payload) > PAYLOAD_PREVIEW else payload
+
+
+def _url_component(value: str) -> str:
+    """``value`` percent-encoded for a query string, "/" and "&" included."""
+    return quote(value, safe="")
+
+
+_env = Environment(
+    loader=PackageLoader("fencekit.web", "templates"),
+    autoescape=True,
+    undefined=StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+_env.filters.update(
+    ago=_ago, span=_span, clock=_clock, ms=_ms, preview=_preview, url_component=_url_component
+)
+_env.globals["quantile"] = _quantile

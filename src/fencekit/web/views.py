@@ -1,0 +1,93 @@
+"""What one read of Redis becomes: :class:`Snapshot` and the views it is made of.
+
+A consumer's registry record is parsed leniently by
+:meth:`~fencekit.queue.registry.ConsumerRecord.from_json`, so one odd record
+does not break the page: a field that is missing or of the wrong type shows
+as unknown.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from fencekit.queue.handle import DeadLetter, QueueStats
+from fencekit.queue.histogram import DurationHistogram
+from fencekit.queue.registry import ConsumerRecord
+
+__all__ = ["ChildView", "ConsumerView", "QueueView", "Snapshot", "consumer_view"]
+
+
+@dataclass(frozen=True, slots=True)
+class QueueView:
+    """One queue as shown on /admin and /metrics."""
+
+    name: str
+    stats: QueueStats
+    pending: int
+    scheduled: int
+    in_flight: int
+    dead_letters: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerView:
+    """One registered consumer: its registry info, last beat and current load."""
+
+    id: str
+    host: str
+    pid: int | None
+    kind: str
+    queues: tuple[str, ...]
+    concurrency: int | None
+    started: float | None
+    beat_age: float | None  # seconds since its last beat, on Redis's clock
+    in_flight: int
+    alive: bool  # beat younger than the heartbeat TTL
+
+
+@dataclass(frozen=True, slots=True)
+class ChildView:
+    """One pool child as reported by the supervisor."""
+
+    pid: int
+    slot: int
+    restarts: int
+    uptime: float
+    alive: bool = True
+    processed: int | None = None
+    state: str = ""  # where the child is in its life: "serving", "starting", "hung" ...
+    consumer_id: str = ""
+    ready: bool = False  # serving (the state is "serving")
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything the pages show, read at ``taken_at`` (Unix seconds)."""
+
+    queues: tuple[QueueView, ...]
+    totals: QueueStats
+    consumers: tuple[ConsumerView, ...]
+    dead_letters: tuple[DeadLetter, ...]
+    children: tuple[ChildView, ...] | None
+    durations: DurationHistogram
+    taken_at: float = field(default_factory=time.time)
+
+
+def consumer_view(
+    record: ConsumerRecord, beat_ms: float | None, now_ms: int, in_flight: int, ttl: float
+) -> ConsumerView:
+    """A consumer from its registry ``record``, its last beat and Redis's ``now`` (both in ms)."""
+    age = max(0.0, (now_ms - beat_ms) / 1000) if beat_ms is not None else None
+    return ConsumerView(
+        id=record.id,
+        host=record.host,
+        pid=record.pid,
+        kind=record.kind,
+        queues=record.queues or (),
+        concurrency=record.concurrency,
+        started=record.started,
+        beat_age=age,
+        in_flight=in_flight,
+        alive=age is not None and age <= ttl,
+    )
