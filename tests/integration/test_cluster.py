@@ -1,4 +1,4 @@
-"""Every primitive's scripts on a real 3-master Redis Cluster (DESIGN I5).
+"""Every primitive's scripts on a real 3-master Redis Cluster (I5 of docs/design.md).
 
 The cluster is started by the test (``fencekit.testing.cluster.LocalCluster``)
 on free loopback ports and stopped at the end. Each script call made through

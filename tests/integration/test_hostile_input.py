@@ -1,4 +1,4 @@
-"""Hostile input (issue 6, item 4; DESIGN I6, I7).
+"""Hostile input (issue 6, item 4; I6, I7 of docs/design.md).
 
 - ``fencekit.queue.codec.decode`` fuzzed with hypothesis: it raises nothing but
   ``PayloadError``, whatever the bytes.

@@ -363,7 +363,7 @@ def test_ssl_contexts_follow_the_url_options(tmp_path: Path) -> None:
         _context(f"rediss://h/0?ssl_ca_certs={tmp_path}/missing.pem")
 
 
-# -- timeouts and failures (DESIGN I4) ----------------------------------------
+# -- timeouts and failures (I4 of docs/design.md) ----------------------------------------
 
 
 def test_a_timeout_closes_the_connection_and_nothing_is_re_sent(

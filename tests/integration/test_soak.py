@@ -4,7 +4,7 @@ A pool (2 children) on a Redis with an AOF; a producer enqueuing a mix of
 tasks (plain ones, ones that fail and succeed on a retry, ones that fail for
 good); malformed entries pushed straight into the queue; a child SIGKILLed
 every few seconds; one Redis restart in the middle. At the end every task is
-accounted for exactly once (DESIGN I1, I6), and the counts are printed.
+accounted for exactly once (I1, I6 of docs/design.md), and the counts are printed.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The lean connection: the hot path's own Redis client (claim, ack, ack+claim).
 
 redis-py spends ~150-230 µs of client CPU per round trip on command packing,
-pooling, timeouts and hooks (DESIGN, "What has been measured"). The consumer's
+pooling, timeouts and hooks (docs/design.md, "What has been measured"). The consumer's
 script calls do not need any of that, so they run over this small
 :class:`asyncio.Protocol`: requests are framed by the RESP encoder
 (:mod:`fencekit._redis.resp`, compiled when built) and replies parsed by
@@ -20,7 +20,7 @@ Concurrency
     A caller that is cancelled leaves its future in the queue; its reply is
     read and dropped, so the stream stays in step.
 
-Failure (DESIGN I4: nothing is ever re-sent)
+Failure (I4 of docs/design.md: nothing is ever re-sent)
     A timeout, a lost connection, a protocol error or a ``READONLY`` reply
     (the master was demoted by a failover) closes the connection and fails
     every waiting request with :class:`~fencekit.errors.StoreError`. A failed
@@ -154,23 +154,9 @@ class LeanConnection(asyncio.Protocol):
     async def _set_up(self, name: str | None) -> None:
         """AUTH, SELECT, CLIENT SETNAME and (Sentinel) ROLE in one round trip."""
         target = self._target
-        commands: list[tuple[RespArg, ...]] = []
-        labels: list[str] = []
-        if target.password is not None:
-            if target.username:
-                commands.append((b"AUTH", target.username, target.password))
-            else:
-                commands.append((b"AUTH", target.password))
-            labels.append("AUTH")
-        if target.db:
-            commands.append((b"SELECT", target.db))
-            labels.append(f"SELECT {target.db}")
-        if name is not None:
-            commands.append((b"CLIENT", b"SETNAME", name))
-            labels.append(f"CLIENT SETNAME {name!r}")
-        if target.is_sentinel:
-            commands.append((b"ROLE",))
-            labels.append("ROLE")
+        steps = target.handshake(name)
+        labels = [label for label, _ in steps]
+        commands = [command for _, command in steps]
         if not commands:
             return
         timeout = self._timeout

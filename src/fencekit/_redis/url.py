@@ -149,6 +149,21 @@ class RedisTarget:
             kwargs |= self.tls.redis_py_kwargs()
         return kwargs
 
+    def handshake(self, name: str | None) -> list[tuple[str, tuple[bytes | str | int, ...]]]:
+        """``(label, command)`` of what a new connection sends first: AUTH, SELECT, CLIENT SETNAME and,
+        behind Sentinel, ROLE (the master the sentinels named must say it is one)."""
+        steps: list[tuple[str, tuple[bytes | str | int, ...]]] = []
+        if self.password is not None:
+            auth = (self.username, self.password) if self.username else (self.password,)
+            steps.append(("AUTH", (b"AUTH", *auth)))
+        if self.db:
+            steps.append((f"SELECT {self.db}", (b"SELECT", self.db)))
+        if name is not None:
+            steps.append((f"CLIENT SETNAME {name!r}", (b"CLIENT", b"SETNAME", name)))
+        if self.is_sentinel:
+            steps.append(("ROLE", (b"ROLE",)))
+        return steps
+
     def sentinel_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of the connections to the sentinels themselves."""
         return {

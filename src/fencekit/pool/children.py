@@ -16,13 +16,18 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from dataclasses import dataclass
 
 from fencekit.pool.board import Board
 from fencekit.pool.child import ChildConfig, fork_hygiene, run_and_exit
 from fencekit.runtime.app import App
 
-__all__ = ["Child", "ChildState", "collect", "describe_exit", "exec_child", "fork_child"]
+__all__ = ["Child", "ChildState", "collect", "describe_exit", "exec_child", "fork_child", "restart_delay"]
+
+QUICK_DEATH = 5.0  # a child dying sooner than this after its start counts toward back-off
+MAX_BACKOFF = 30.0
 
 _BLOCKED_AROUND_FORK = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD, signal.SIGQUIT}
 _NOT_FOR_CHILDREN = ("NOTIFY_SOCKET", "WATCHDOG_USEC")
@@ -83,6 +88,48 @@ class Child:
     def ready(self) -> bool:
         return self.state is ChildState.SERVING
 
+    def start(self, config: ChildConfig, spawn: str, app: App, board: Board, logger: logging.Logger) -> None:
+        """Start the slot's next process (``spawn`` is ``"fork"`` or ``"exec"``) and open its pidfd."""
+        board.reset_slot(self.slot, time.monotonic())
+        if spawn == "fork":
+            _warn_threads(logger)
+            self.pid = fork_child(config, app, board, logger)
+            self.popen = None
+        else:
+            self.popen = exec_child(config)
+            self.pid = self.popen.pid
+        self.started = time.monotonic()
+        self.state = ChildState.STARTING
+        self.pidfd = os.pidfd_open(self.pid)
+
+    def signal(self, sig: int) -> None:
+        """Send ``sig`` through the pidfd (never to a recycled pid); a process already gone is fine."""
+        try:
+            signal.pidfd_send_signal(self.pidfd, sig)
+        except (ProcessLookupError, OSError):
+            pass
+
+    def reap(self) -> tuple[int, str]:
+        """Collect the exited process and close its pidfd: ``(code, how)`` as :func:`describe_exit` says."""
+        status = collect(self)
+        os.close(self.pidfd)
+        self.pidfd = -1
+        return describe_exit(status)
+
+
+_warned_threads = False
+
+
+def _warn_threads(logger: logging.Logger) -> None:
+    global _warned_threads
+    if threading.active_count() > 1 and not _warned_threads:
+        _warned_threads = True
+        logger.warning(
+            "forking with %d threads alive: a lock one of them holds stays locked in the child; "
+            "embed the pool with fencekit.pool.Pool (exec'd children) in a threaded host",
+            threading.active_count(),
+        )
+
 
 def fork_child(config: ChildConfig, app: App, board: Board, logger: logging.Logger) -> int:
     """Fork a child running ``config``; returns its pid (the child never returns).
@@ -133,3 +180,18 @@ def describe_exit(status: int) -> tuple[int, str]:
         return -sig, f"killed by {signal.Signals(sig).name}"
     code = os.WEXITSTATUS(status)
     return code, f"exited with code {code}"
+
+
+def restart_delay(child: Child, lived: float, expected: bool) -> float:
+    """Seconds before restarting ``child``'s slot, which exited after ``lived`` seconds.
+
+    A slot that keeps dying soon after it starts (:data:`QUICK_DEATH`) waits
+    0.1 s, then twice as long each time, up to :data:`MAX_BACKOFF`; one that
+    lived longer, or whose exit was asked for (``expected``), restarts at once.
+    Updates ``child.quick_deaths``.
+    """
+    if expected or lived >= QUICK_DEATH:
+        child.quick_deaths = 0
+        return 0.0
+    child.quick_deaths += 1
+    return float(min(MAX_BACKOFF, 0.1 * 2.0 ** (child.quick_deaths - 1)))

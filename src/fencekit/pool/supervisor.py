@@ -29,7 +29,6 @@ import asyncio
 import logging
 import os
 import signal
-import threading
 import time
 from collections.abc import Collection, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
@@ -40,7 +39,12 @@ from fencekit.errors import ConfigError, StoreError
 from fencekit.pool import sdnotify
 from fencekit.pool.board import READY, Board
 from fencekit.pool.child import ChildConfig
-from fencekit.pool.children import Child, ChildState, collect, describe_exit, exec_child, fork_child
+from fencekit.pool.children import (
+    Child,
+    ChildState,
+    restart_delay,
+)
+from fencekit.pool.watch import HANG_CHECK, HangWatch
 from fencekit.queue.client import Client
 from fencekit.queue.histogram import DurationHistogram
 from fencekit.queue.loops import Backoff, Loop
@@ -53,13 +57,10 @@ from fencekit.runtime.services import STOP_STEP, Services
 from fencekit.settings import PoolSettings
 
 if TYPE_CHECKING:
+    from fencekit.web.serve import WebServer
     from fencekit.web.views import ChildView
 
 __all__ = ["Supervisor"]
-
-QUICK_DEATH = 5.0  # a child dying sooner than this after its start counts toward back-off
-MAX_BACKOFF = 30.0
-HANG_CHECK = 0.5
 
 
 class Supervisor:
@@ -106,12 +107,11 @@ class Supervisor:
         self._pending: set[asyncio.Task[Any]] = set()  # returning dead children's tasks
         self._control: set[asyncio.Task[Any]] = set()  # stops and restarts asked for by signals
         self._signals = 0
-        self._last_check = self._resumed = time.monotonic()
         self._retired = DurationHistogram()  # durations of children that have exited
-        self._warned_threads = False
 
     @property
-    def web(self) -> Any:
+    def web(self) -> WebServer | None:
+        """The running web server (None before start, after stop, or with ``web_port`` off)."""
         return self.services.web
 
     # signals ------------------------------------------------------------------
@@ -143,11 +143,13 @@ class Supervisor:
         await self.services.beat_once()  # registered before they can claim: the reaper can see them
         for child in self.children:
             self._spawn(child)
-        extra = [Loop("hang watch", self._hang_check, lambda: HANG_CHECK, Backoff(self.logger, "hang watch"))]
+        hangs = HangWatch(
+            self.children, self.board, self._hang_timeout(), self._read_board, self._kill_hung, self.logger
+        )
+        extra = [Loop("hang watch", hangs.check, lambda: HANG_CHECK, Backoff(self.logger, "hang watch"))]
         interval = sdnotify.watchdog_interval()
         if interval:
             extra.append(Loop("watchdog", self._watchdog, lambda: interval, Backoff(self.logger, "watchdog")))
-        self._last_check = self._resumed = time.monotonic()
         self.services.start_loops(extra)
         await self._wait_ready()
 
@@ -183,14 +185,14 @@ class Supervisor:
             self.logger.info("pool stopping (%s)", "fast" if fast else f"grace {self.settings['grace']}s")
         alive = [c for c in self.children if c.alive]
         for child in alive:
-            self._signal(child, signal.SIGKILL if fast else signal.SIGTERM)
+            child.signal(signal.SIGKILL if fast else signal.SIGTERM)
         waits = [c.exited for c in alive if c.exited is not None]
         if waits and not fast:
             await asyncio.wait(waits, timeout=self.settings["grace"] + 5.0)
             for child in self.children:
                 if child.alive:
                     self.logger.error("child %d did not stop within the grace period: killing it", child.slot)
-                    self._signal(child, signal.SIGKILL)
+                    child.signal(signal.SIGKILL)
         if waits:
             await asyncio.wait(waits, timeout=10.0)
         if self._pending:
@@ -222,7 +224,7 @@ class Supervisor:
             if child.alive and child.exited is not None:
                 exited = child.exited
                 child.state = ChildState.REPLACING
-                self._signal(child, signal.SIGTERM)
+                child.signal(signal.SIGTERM)
                 await exited
             while not (child.ready and child.pid != old_pid) and not self.stopping:
                 self._read_board()
@@ -255,45 +257,18 @@ class Supervisor:
             app=self.app_spec,
             worker_paths=self.worker_paths,
         )
-        self.board.reset_slot(child.slot, time.monotonic())
-        if self.spawn == "fork":
-            self._warn_threads()
-            child.pid = fork_child(config, self.app, self.board, self.logger)
-            child.popen = None
-        else:
-            child.popen = exec_child(config)
-            child.pid = child.popen.pid
-        child.started = time.monotonic()
-        child.state = ChildState.STARTING
+        child.start(config, self.spawn, self.app, self.board, self.logger)
         loop = asyncio.get_running_loop()
         child.exited = loop.create_future()
-        child.pidfd = os.pidfd_open(child.pid)
         loop.add_reader(child.pidfd, self._on_exit, child)
         self.logger.info("started child %d (pid %d)", child.slot, child.pid)
-
-    def _warn_threads(self) -> None:
-        if threading.active_count() > 1 and not self._warned_threads:
-            self._warned_threads = True
-            self.logger.warning(
-                "forking with %d threads alive: a lock one of them holds stays locked in the child; "
-                "embed the pool with fencekit.pool.Pool (exec'd children) in a threaded host",
-                threading.active_count(),
-            )
-
-    def _signal(self, child: Child, sig: int) -> None:
-        try:
-            signal.pidfd_send_signal(child.pidfd, sig)
-        except (ProcessLookupError, OSError):
-            pass
 
     def _on_exit(self, child: Child) -> None:
         loop = asyncio.get_running_loop()
         loop.remove_reader(child.pidfd)
         if self.board is not None:
             self._retired = self._retired + self.board.read_durations(child.slot)
-        code, how = describe_exit(collect(child))
-        os.close(child.pidfd)
-        child.pidfd = -1
+        code, how = child.reap()
         expected = self.stopping or child.state is ChildState.REPLACING
         child.state = ChildState.EXITED
         lived = time.monotonic() - child.started
@@ -328,22 +303,15 @@ class Supervisor:
         await self._restart_later(child, lived, expected)
 
     async def _restart_later(self, child: Child, lived: float, expected: bool) -> None:
-        """Restart the slot, after a back-off that grows while it keeps dying soon after starting."""
-        delay = 0.0
-        if expected:
-            child.quick_deaths = 0
-        elif lived < QUICK_DEATH:
-            child.quick_deaths += 1
-            delay = min(MAX_BACKOFF, 0.1 * 2 ** (child.quick_deaths - 1))
-            if child.quick_deaths >= 3:
-                self.logger.critical(
-                    "child %d keeps dying at start (%d times in a row): next restart in %.1fs",
-                    child.slot,
-                    child.quick_deaths,
-                    delay,
-                )
-        else:
-            child.quick_deaths = 0
+        """Restart the slot, after a back-off while it keeps dying soon after starting."""
+        delay = restart_delay(child, lived, expected)
+        if child.quick_deaths >= 3:
+            self.logger.critical(
+                "child %d keeps dying at start (%d times in a row): next restart in %.1fs",
+                child.slot,
+                child.quick_deaths,
+                delay,
+            )
         child.restarts += 1
         if delay:
             await asyncio.sleep(delay)
@@ -375,30 +343,12 @@ class Supervisor:
                 if state == READY and pid == child.pid:
                     child.state = ChildState.SERVING
 
-    async def _hang_check(self) -> None:
-        """Kill a child whose event loop has not ticked its board slot for ``hang_timeout``."""
-        if self.board is None:
-            return
-        timeout = self.settings["hang_timeout"] or self.settings["heartbeat_ttl"]
-        now = time.monotonic()
-        if now - self._last_check > 4 * HANG_CHECK:
-            self._resumed = now  # the supervisor itself was stopped: so were its children, don't blame them
-        self._last_check = now
-        self._read_board()
-        for child in self.children:
-            if child.state is not ChildState.SERVING:
-                continue
-            tick, _, _, _ = self.board.read_slot(child.slot)
-            silent = now - max(tick, self._resumed)
-            if silent > timeout:
-                child.state = ChildState.HUNG
-                self.logger.error(
-                    "child %d (pid %d) is hung: its event loop has not ticked for %.1fs; killing it",
-                    child.slot,
-                    child.pid,
-                    silent,
-                )
-                self._signal(child, signal.SIGKILL)
+    def _hang_timeout(self) -> float:
+        return self.settings["hang_timeout"] or self.settings["heartbeat_ttl"]
+
+    def _kill_hung(self, child: Child) -> None:
+        child.state = ChildState.HUNG
+        child.signal(signal.SIGKILL)
 
     async def _watchdog(self) -> None:
         """Feed systemd's watchdog while the heartbeat reaches Redis and every loop runs."""

@@ -10,7 +10,7 @@ An envelope is a JSON object::
 enqueue with :class:`~fencekit.errors.PayloadError` rather than silently
 converted, and so is an envelope larger than the configured maximum. Decoding
 checks every field and names what is wrong, so a bad task can be kept as a
-dead letter with its reason (DESIGN I7).
+dead letter with its reason (I7 of docs/design.md).
 """
 
 from __future__ import annotations

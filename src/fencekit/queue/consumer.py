@@ -8,8 +8,8 @@ claim of one queue in one script). Finished tasks only record their outcome
 and wake the loop, so acks batch by themselves under load.
 
 An idle consumer blocks in ``BLPOP`` on the queues' wake keys over a second
-connection, so it starts a task within about a millisecond of its enqueue;
-the ``BLPOP`` times out every :data:`IDLE_POLL` seconds as a safety poll.
+connection (:mod:`fencekit.queue.waker`), so it starts a task within about a
+millisecond of its enqueue.
 
 Failures: a turn that fails keeps its outcomes for the next turn (an ack that
 did land is refused the second time and counted as ``fenced_out``, never as
@@ -44,11 +44,11 @@ from fencekit.queue.loops import Backoff
 from fencekit.queue.outbox import AckClaim, Outbox, Settle, Turn
 from fencekit.queue.perform import ConsumerStats, Performer
 from fencekit.queue.settle import Retention
+from fencekit.queue.waker import Waker
 from fencekit.queue.worker import WorkerRegistry
 
-__all__ = ["IDLE_POLL", "MAX_CLAIM", "Consumer", "ConsumerStats"]
+__all__ = ["MAX_CLAIM", "Consumer", "ConsumerStats"]
 
-IDLE_POLL = 1.0
 LEASE_RECHECK = 0.1
 MAX_CLAIM = 512
 
@@ -92,19 +92,24 @@ class Consumer:
         self._on_turn = on_turn
         self._qkeys = {q: keys.queue(q) for q in self.queues}
         self._inflight = {q: k.inflight(consumer_id) for q, k in self._qkeys.items()}
-        self._wake_keys = {k.wake: q for q, k in self._qkeys.items()}
         self._running: dict[tuple[str, int], asyncio.Task[None]] = {}
         self.outbox = Outbox(self.queues, self._ack_claim_call)
         self._empty: set[str] = set()
         self._rotation = 0
         self._event = asyncio.Event()
-        self._want_wake = asyncio.Event()
+        self._waker = Waker(
+            target,
+            link_kind=self.link_kind,
+            name=consumer_id,
+            wake_keys={k.wake: q for q, k in self._qkeys.items()},
+            logger=logger,
+            on_wake=self._woken,
+        )
         self._stopping = False
         self._stopped = asyncio.Event()
         self._reconcile = False
         self._lease_blocked = False
         self._link: Link | None = None
-        self._wake_link: Link | None = None
         self._backoff = Backoff(logger, f"consumer {consumer_id}: claiming")
         self._performer = Performer(
             keys=keys,
@@ -133,16 +138,16 @@ class Consumer:
         """Claim and perform until :meth:`stop`; then return unfinished tasks."""
         if not self.queues:
             raise ConfigError("consumer has no queues: register at least one worker")
-        waker = asyncio.create_task(self._wake_loop(), name=f"fencekit-wake-{self.consumer_id}")
+        waker = asyncio.create_task(self._waker.run(), name=f"fencekit-wake-{self.consumer_id}")
         try:
             await self._loop()
         finally:
             waker.cancel()
             await asyncio.gather(waker, return_exceptions=True)
             await self._return_inflight()
-            for link in (self._link, self._wake_link):
-                if link is not None:
-                    await link.aclose()
+            await self._waker.aclose()
+            if self._link is not None:
+                await self._link.aclose()
             self._stopped.set()
 
     async def stop(self, grace: float = 0.0) -> None:
@@ -331,32 +336,17 @@ class Consumer:
             and all(q in self._empty for q in self.queues)
         )
         if idle:
-            self._want_wake.set()
+            self._waker.wanted.set()
         else:
-            self._want_wake.clear()
+            self._waker.wanted.clear()
 
-    async def _wake_loop(self) -> None:
-        backoff = Backoff(self.logger, f"consumer {self.consumer_id}: waiting for work")
-        keys = list(self._wake_keys)
-        while True:
-            await self._want_wake.wait()
-            try:
-                if self._wake_link is None or self._wake_link.closed:
-                    self._wake_link = await open_link(
-                        self.target, name=f"fk:{self.consumer_id}:wake", kind=self.link_kind
-                    )
-                reply = await self._wake_link.execute("BLPOP", *keys, IDLE_POLL, timeout=IDLE_POLL + 5.0)
-            except StoreError as exc:
-                await asyncio.sleep(backoff.failed(exc))
-                self._empty.clear()
-                self._event.set()
-                continue
-            backoff.succeeded()
-            if reply:
-                self._empty.discard(self._wake_keys[as_text(reply[0])])
-            else:
-                self._empty.clear()  # safety poll
-            self._event.set()
+    def _woken(self, queue: str | None) -> None:
+        """The waker saw work in ``queue`` (None: look at every queue again)."""
+        if queue is None:
+            self._empty.clear()
+        else:
+            self._empty.discard(queue)
+        self._event.set()
 
     async def _sleep_or_stop(self, delay: float) -> None:
         self._event.clear()

@@ -32,8 +32,8 @@ def _int(value: Any) -> int:
 class QueueStats:
     """Cumulative counters of one queue (or of all queues, summed).
 
-    ``processed`` counts tasks whose worker completed (each task once, DESIGN
-    I6); ``failed`` tasks permanently dropped (retries exhausted, no worker,
+    ``processed`` counts tasks whose worker completed (each task once:
+    invariant I6 of ``docs/design.md``); ``failed`` tasks permanently dropped (retries exhausted, no worker,
     malformed); ``dead`` the failed ones kept as dead letters; ``fenced_out``
     settlements refused because the delivery was stale; ``retried`` attempts
     scheduled again (after an exception or a crash).

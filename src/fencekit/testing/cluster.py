@@ -5,7 +5,7 @@
 cluster-bus port), joins them with ``CLUSTER MEET``, splits the 16384 hash
 slots between them with ``CLUSTER ADDSLOTSRANGE`` (Redis 7+), and waits until
 every node reports ``cluster_state:ok``. No replicas: it exists to prove that
-fencekit's scripts keep their keys in one slot (DESIGN I5), not to test
+fencekit's scripts keep their keys in one slot (I5 of docs/design.md), not to test
 failover.
 
 ::

@@ -1,6 +1,6 @@
 -- The hot path: acknowledge finished deliveries and claim new ones in one
 -- atomic step. A claimed task moves from the queue into this consumer's
--- in-flight hash under a fresh fencing token (DESIGN I1, I2); an ack counts
+-- in-flight hash under a fresh fencing token (I1, I2 of docs/design.md); an ack counts
 -- only if that token is still this consumer's current delivery (I3).
 --
 -- KEYS[1]  pending     P:{Q}:pending
