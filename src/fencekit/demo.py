@@ -3,7 +3,7 @@
     python -m fencekit.pool fencekit.demo:app --procs 2
 
 Every few seconds a ``produce`` task enqueues a batch of fake chess-game
-analyses (the first one is enqueued by the pool's startup hook, the next ones
+analyses (the first one is enqueued by the pool's ``on_pool_startup`` hook, the next ones
 by the task itself through ``current_job().enqueue``). Each ``analyse`` task
 "thinks" for a few milliseconds, fails now and then to show retries, and
 records its result through ``current_job().set_if_fresh`` -- a write that a
@@ -63,10 +63,10 @@ class Analyse:
 
 
 async def seed(client: Client) -> None:
-    """Startup hook: enqueue the first ``produce`` task when none is waiting."""
+    """Pool startup hook (once, in the supervisor): enqueue the first ``produce`` task when none waits."""
     queue = client.queue(QUEUE)
     if not await queue.scheduled() and not await queue.length():
         await client.enqueue(Task(QUEUE, "produce", {"round": 0}))
 
 
-app = App(workers=[Produce, Analyse], on_startup=[seed])
+app = App(workers=[Produce, Analyse], on_pool_startup=[seed])

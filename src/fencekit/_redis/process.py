@@ -28,8 +28,10 @@ from types import TracebackType
 from typing import Any
 
 import redis
+from typing_extensions import Self
 
 __all__ = [
+    "Managed",
     "RedisServer",
     "ServerBinaryMissing",
     "find_server_binary",
@@ -92,7 +94,44 @@ def wait_until(predicate: Any, timeout: float = 10.0, interval: float = 0.01, wh
         time.sleep(interval)
 
 
-class RedisServer:
+class Managed:
+    """Processes a test (or the pool's embedded default) starts and must clean up, in a directory.
+
+    The directory is a fresh temporary one unless given; :meth:`cleanup`
+    stops everything and removes the directories this object created. A
+    ``with`` block starts it and cleans it up.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str] | None, prefix: str) -> None:
+        self._own_dir = directory is None
+        self.directory = Path(directory or tempfile.mkdtemp(prefix=prefix))
+        self.directory.mkdir(parents=True, exist_ok=True)
+
+    def start(self, timeout: float = 10.0) -> Self:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def cleanup(self) -> None:
+        """Stop, and remove the directory when this object created it."""
+        self.stop()
+        if self._own_dir:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.cleanup()
+
+
+class RedisServer(Managed):
     """A private Redis (or Valkey) server process on a loopback port.
 
     ``config`` entries become ``--name value`` arguments (``requirepass``,
@@ -112,9 +151,7 @@ class RedisServer:
         sentinel: bool = False,
         config: Mapping[str, Any] | None = None,
     ) -> None:
-        self._own_dir = directory is None
-        self.directory = Path(directory or tempfile.mkdtemp(prefix="fencekit-redis-"))
-        self.directory.mkdir(parents=True, exist_ok=True)
+        super().__init__(directory, "fencekit-redis-")
         self.host = host
         self.port = port or free_port(host)
         self.binary = binary or find_server_binary(flavor)
@@ -165,7 +202,7 @@ class RedisServer:
             argv += [f"--{key}", *str(value).split()]
         return argv
 
-    def start(self, timeout: float = 10.0) -> RedisServer:
+    def start(self, timeout: float = 10.0) -> Self:
         """Start the server and wait until it answers PING."""
         if self.is_running:
             return self
@@ -238,17 +275,16 @@ class RedisServer:
         assert self.process is not None
         self.process.send_signal(signal.SIGCONT)
 
-    def restart(self, timeout: float = 10.0) -> RedisServer:
+    def restart(self, timeout: float = 10.0) -> Self:
         """Stop (gracefully) and start again on the same port and directory."""
         self.stop()
         return self.start(timeout)
 
     def cleanup(self) -> None:
-        """Stop and remove the temporary directories this object created."""
+        """Kill the server and remove the temporary directories this object created."""
         self.kill()
         shutil.rmtree(self._sock_dir, ignore_errors=True)
-        if self._own_dir:
-            shutil.rmtree(self.directory, ignore_errors=True)
+        super().cleanup()
 
     def _close_pipes(self) -> None:
         if self.process is not None and self.process.stderr is not None:
@@ -266,17 +302,6 @@ class RedisServer:
         return redis.Redis(
             host=self.host, port=self.port, db=db, password=self.config.get("requirepass"), **kwargs
         )
-
-    def __enter__(self) -> RedisServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.cleanup()
 
     def __repr__(self) -> str:
         return f"RedisServer({self.binary!r}, port={self.port}, running={self.is_running})"

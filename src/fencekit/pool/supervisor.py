@@ -107,6 +107,7 @@ class Supervisor:
         self._pending: set[asyncio.Task[Any]] = set()  # returning dead children's tasks
         self._control: set[asyncio.Task[Any]] = set()  # stops and restarts asked for by signals
         self._signals = 0
+        self._hooks_ran = False
         self._retired = DurationHistogram()  # durations of children that have exited
 
     @property
@@ -135,6 +136,7 @@ class Supervisor:
         """Verify Redis, bind the web port, start the children and the loops; return when all serve."""
         await self.services.open()
         await self.services.start_web()
+        self._hooks_ran = True  # from here on, the shutdown hooks run at stop
         await run_hooks(self.app.on_pool_startup, Client.sharing(self.settings, self.services.redis))
         self.board = Board(self.settings["procs"])
         self.board.set_beat_ok(time.monotonic())
@@ -201,11 +203,11 @@ class Supervisor:
             )
         if not first:
             return
-        client = Client.sharing(self.settings, self.services.redis)
         try:
-            await self.services.bounded(
-                "the on_pool_shutdown hooks", run_hooks(self.app.on_pool_shutdown, client)
-            )
+            if self._hooks_ran:
+                client = Client.sharing(self.settings, self.services.redis)
+                hooks = run_hooks(self.app.on_pool_shutdown, client)
+                await self.services.bounded("the on_pool_shutdown hooks", hooks)
         finally:
             await self.services.close()
             if self.board is not None:

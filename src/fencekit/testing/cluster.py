@@ -17,16 +17,15 @@ failover.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import redis
 import redis.asyncio
+from typing_extensions import Self
 
+from fencekit._redis.process import Managed
 from fencekit.testing import RedisServer, find_server_binary, free_port
 
 __all__ = ["HASH_SLOTS", "LocalCluster"]
@@ -40,7 +39,7 @@ def _slot_ranges(count: int) -> list[tuple[int, int]]:
     return [(bounds[i], bounds[i + 1] - 1) for i in range(count)]
 
 
-class LocalCluster:
+class LocalCluster(Managed):
     """``masters`` cluster-enabled servers joined into one Redis Cluster."""
 
     def __init__(
@@ -55,8 +54,7 @@ class LocalCluster:
     ) -> None:
         if masters < 1:
             raise ValueError(f"masters must be >= 1, got {masters}")
-        self._own_dir = directory is None
-        self.directory = Path(directory or tempfile.mkdtemp(prefix="fencekit-cluster-"))
+        super().__init__(directory, "fencekit-cluster-")
         self.host = host
         self.binary = binary or find_server_binary(flavor)
         self.nodes: list[RedisServer] = []
@@ -82,7 +80,7 @@ class LocalCluster:
             self.bus_ports.append(bus_port)
 
     # lifecycle ------------------------------------------------------------
-    def start(self, timeout: float = 30.0) -> LocalCluster:
+    def start(self, timeout: float = 30.0) -> Self:
         """Start the nodes, join them, assign the slots and wait for ``cluster_state:ok``."""
         deadline = time.monotonic() + timeout
         try:
@@ -134,8 +132,7 @@ class LocalCluster:
         """Stop the nodes and remove the directories this object created."""
         for node in self.nodes:
             node.cleanup()
-        if self._own_dir:
-            shutil.rmtree(self.directory, ignore_errors=True)
+        super().cleanup()
 
     # access ---------------------------------------------------------------
     @property
@@ -151,17 +148,6 @@ class LocalCluster:
         """An asyncio ``redis.asyncio.RedisCluster`` (it initializes on first use)."""
         first = self.nodes[0]
         return redis.asyncio.RedisCluster(host=first.host, port=first.port, **kwargs)
-
-    def __enter__(self) -> LocalCluster:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.cleanup()
 
     def __repr__(self) -> str:
         return f"LocalCluster(ports={[n.port for n in self.nodes]})"

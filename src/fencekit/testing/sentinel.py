@@ -20,15 +20,14 @@ every other sentinel, and offers the two ways a master goes away:
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import redis
+from typing_extensions import Self
 
+from fencekit._redis.process import Managed
 from fencekit.testing import RedisServer, find_server_binary
 
 __all__ = ["LocalSentinel"]
@@ -40,7 +39,7 @@ def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-class LocalSentinel:
+class LocalSentinel(Managed):
     """A master, its replicas and a quorum of sentinels on loopback."""
 
     def __init__(
@@ -63,8 +62,7 @@ class LocalSentinel:
             raise ValueError(f"a failover needs at least one replica, got {replicas}")
         if sentinels < 1:
             raise ValueError(f"sentinels must be >= 1, got {sentinels}")
-        self._own_dir = directory is None
-        self.directory = Path(directory or tempfile.mkdtemp(prefix="fencekit-sentinel-"))
+        super().__init__(directory, "fencekit-sentinel-")
         self.master_name = master_name
         self.host = host
         self.binary = binary or find_server_binary(flavor)
@@ -112,7 +110,7 @@ class LocalSentinel:
         conf = sentinel.directory / f"sentinel-{sentinel.port}.conf"
         conf.write_text("\n".join(lines) + "\n")
 
-    def start(self, timeout: float = 30.0) -> LocalSentinel:
+    def start(self, timeout: float = 30.0) -> Self:
         """Start every process and wait until the sentinels agree on the topology."""
         deadline = time.monotonic() + timeout
         try:
@@ -137,8 +135,7 @@ class LocalSentinel:
         """Stop everything and remove the directories this object created."""
         for proc in (*self.sentinels, *self.nodes):
             proc.cleanup()
-        if self._own_dir:
-            shutil.rmtree(self.directory, ignore_errors=True)
+        super().cleanup()
 
     # topology -------------------------------------------------------------
     @property
@@ -304,17 +301,6 @@ class LocalSentinel:
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"{node!r} did not rejoin as a replica")
             time.sleep(0.05)
-
-    def __enter__(self) -> LocalSentinel:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.cleanup()
 
     def __repr__(self) -> str:
         return (

@@ -22,10 +22,10 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import redis
+from typing_extensions import Self
 
 from fencekit.testing import RedisServer, find_server_binary, free_port
 
@@ -157,7 +157,7 @@ class TLSRedisServer(RedisServer):
         except (OSError, ssl.SSLError):
             return False
 
-    def start(self, timeout: float = 10.0) -> TLSRedisServer:
+    def start(self, timeout: float = 10.0) -> Self:
         try:
             super().start(timeout)
         except RuntimeError as exc:
@@ -186,9 +186,6 @@ class TLSRedisServer(RedisServer):
         if self._own_tls_dir:
             shutil.rmtree(self._tls_base, ignore_errors=True)
 
-    def __enter__(self) -> TLSRedisServer:
-        return self.start()
-
     def wait_ready(self, timeout: float = 10.0) -> None:
         """Wait until the server answers over TLS."""
         deadline = time.monotonic() + timeout
@@ -196,11 +193,3 @@ class TLSRedisServer(RedisServer):
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"TLS server on port {self.port} did not answer")
             time.sleep(0.05)
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.cleanup()
