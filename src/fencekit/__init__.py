@@ -10,6 +10,7 @@ exception fencekit raises is a :class:`FenceKitError`, apart from the plain
 package is ``docs/design.md``.
 """
 
+from fencekit._redis.clients import connect, connect_async
 from fencekit.errors import (
     CanonicalizeError,
     ConfigError,
@@ -54,6 +55,8 @@ __all__ = [  # noqa: RUF022 - grouped by topic
     "IdempotencyGuard",
     "LockHandle",
     "canonicalize",
+    "connect",
+    "connect_async",
     "dumps_json",
     "idempotency_key",
     "loads_json",

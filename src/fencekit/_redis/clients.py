@@ -14,16 +14,38 @@ import redis
 import redis.asyncio
 import redis.asyncio.sentinel
 import redis.sentinel
-from redis.exceptions import RedisError
 
+from fencekit._redis.sentinel import MasterWatch, newest_master
+from fencekit._redis.sentinel_pool import (
+    ROLE_RECHECK,
+    RoleCheckedConnection,
+    SyncRoleCheckedConnection,
+    WatchedRedis,
+    WatchedSentinelPool,
+    WatchedSyncSentinelPool,
+    WatchThread,
+)
 from fencekit._redis.url import RedisTarget, parse_url
-from fencekit.errors import StoreError
 
-__all__ = ["aclose_client", "async_client", "resolve_address", "sync_client"]
+__all__ = [
+    "aclose_client",
+    "async_client",
+    "connect",
+    "connect_async",
+    "resolve_address",
+    "sync_client",
+    "watch_of",
+]
 
 
 def sync_client(target: RedisTarget | str, **overrides: Any) -> redis.Redis:
-    """A synchronous redis-py client for ``target`` with retries off."""
+    """A synchronous redis-py client for ``target`` with retries off.
+
+    For a Sentinel target it follows the master as the asyncio clients do: a
+    :class:`~fencekit._redis.sentinel.MasterWatch` on a thread of its own
+    (started at first use, stopped by ``close()``) drops every connection
+    when the master is moving, and connections check ``ROLE``.
+    """
     if isinstance(target, str):
         target = parse_url(target)
     kwargs = target.connection_kwargs() | overrides
@@ -32,12 +54,42 @@ def sync_client(target: RedisTarget | str, **overrides: Any) -> redis.Redis:
         sentinel = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
             list(target.sentinels), sentinel_kwargs=target.sentinel_kwargs(), **kwargs
         )
-        return cast(redis.Redis, sentinel.master_for(target.master_name, **kwargs))  # type: ignore[no-untyped-call]
+        client = sentinel.master_for(  # type: ignore[no-untyped-call]
+            target.master_name,
+            redis_class=WatchedRedis,
+            connection_pool_class=WatchedSyncSentinelPool,
+            connection_class=SyncRoleCheckedConnection,
+            watcher=WatchThread(target),
+            health_check_interval=ROLE_RECHECK,
+            **kwargs,
+        )
+        return cast(redis.Redis, client)
     return redis.Redis(**kwargs)
 
 
+def connect(url: str, **overrides: Any) -> redis.Redis:
+    """A synchronous redis-py client for any fencekit URL, for the primitives.
+
+    ``redis://``, ``rediss://``, ``unix://`` or ``redis+sentinel://``, with
+    fencekit's rules: no command re-sent, and behind Sentinel the master
+    followed through a failover (the old master left at once). ``overrides``
+    are redis-py connection arguments (``decode_responses=True``, ...).
+    """
+    return sync_client(url, **overrides)
+
+
+def connect_async(url: str, **overrides: Any) -> redis.asyncio.Redis:
+    """The asyncio twin of :func:`connect` (close it with ``await client.aclose()``)."""
+    return async_client(url, **overrides)
+
+
 def async_client(target: RedisTarget | str, **overrides: Any) -> redis.asyncio.Redis:
-    """An asyncio redis-py client for ``target`` with retries off."""
+    """An asyncio redis-py client for ``target`` with retries off.
+
+    For a Sentinel target its pool follows a :class:`~fencekit._redis.sentinel.MasterWatch`
+    (:func:`watch_of`), which leaves a demoted master at once; close it with
+    :func:`aclose_client`.
+    """
     if isinstance(target, str):
         target = parse_url(target)
     kwargs = target.connection_kwargs() | overrides
@@ -46,37 +98,41 @@ def async_client(target: RedisTarget | str, **overrides: Any) -> redis.asyncio.R
         sentinel = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call]
             list(target.sentinels), sentinel_kwargs=target.sentinel_kwargs(), **kwargs
         )
-        return cast(redis.asyncio.Redis, sentinel.master_for(target.master_name, **kwargs))
+        client = sentinel.master_for(
+            target.master_name,
+            connection_pool_class=WatchedSentinelPool,
+            connection_class=RoleCheckedConnection,
+            watch=MasterWatch(target),
+            health_check_interval=ROLE_RECHECK,
+            **kwargs,
+        )
+        return cast(redis.asyncio.Redis, client)
     return redis.asyncio.Redis(**kwargs)
+
+
+def watch_of(client: redis.asyncio.Redis) -> MasterWatch | None:
+    """The master watch of a client made by :func:`async_client` for a Sentinel target, else None."""
+    watch = getattr(client.connection_pool, "watch", None)
+    return watch if isinstance(watch, MasterWatch) else None
 
 
 async def resolve_address(target: RedisTarget) -> tuple[str, int] | str:
     """Where the master is now: ``(host, port)``, or a socket path for ``unix://``.
 
-    For Sentinel this asks the sentinels (each is tried; one that is down is
-    skipped); raises :class:`StoreError` when none knows the master.
+    For Sentinel this asks every sentinel and takes the address named with
+    the highest config epoch (one that is down is skipped, one that lags
+    loses); raises :class:`StoreError` when none knows the master.
     """
     if target.path is not None:
         return target.path
     if not target.is_sentinel:
         return (target.host, target.port)
-    assert target.master_name is not None
-    sentinel = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call]
-        list(target.sentinels), sentinel_kwargs=target.sentinel_kwargs()
-    )
-    try:
-        host, port = await sentinel.discover_master(target.master_name)
-    except (RedisError, OSError) as exc:
-        raise StoreError(f"no sentinel knows master {target.master_name!r}: {exc}") from exc
-    finally:
-        for conn in sentinel.sentinels:
-            await conn.aclose()
-    return (str(host), int(port))
+    return await newest_master(target)
 
 
 async def aclose_client(client: redis.asyncio.Redis) -> None:
-    """Close an asyncio client, and the sentinel connections of a Sentinel-managed one."""
-    await client.aclose()
+    """Close an asyncio client, and the sentinel connections and master watch of a Sentinel-managed one."""
+    await client.aclose()  # a watched Sentinel pool stops its master watch too
     manager = getattr(client.connection_pool, "sentinel_manager", None)
     for sentinel in getattr(manager, "sentinels", ()):
         await sentinel.aclose()

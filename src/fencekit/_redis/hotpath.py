@@ -53,6 +53,7 @@ from fencekit._redis.clients import resolve_address
 from fencekit._redis.resp import RespArg, pack_command, pack_commands, pack_evalsha
 from fencekit._redis.run import is_readonly, translate_reply
 from fencekit._redis.scripts import Call, Script
+from fencekit._redis.sentinel import Change, MasterWatch
 from fencekit._redis.url import RedisTarget, parse_url
 from fencekit.errors import ConfigError, FenceKitError, StoreError
 
@@ -88,6 +89,7 @@ class LeanConnection(asyncio.Protocol):
         "_timer_when",
         "_transport",
         "_waiters",
+        "_watch",
     )
 
     def __init__(self, target: RedisTarget, loop: asyncio.AbstractEventLoop) -> None:
@@ -106,20 +108,31 @@ class LeanConnection(asyncio.Protocol):
         self._closed = False
         self._close_reason = "not connected"
         self._lost: asyncio.Future[None] = loop.create_future()
+        self._watch: MasterWatch | None = None
 
     # -- opening ---------------------------------------------------------
 
     @classmethod
-    async def open(cls, target: RedisTarget | str, *, name: str | None = None) -> LeanConnection:
+    async def open(
+        cls, target: RedisTarget | str, *, name: str | None = None, watch: MasterWatch | None = None
+    ) -> LeanConnection:
         """Connect to ``target`` (asking the sentinels where the master is) and set up.
 
-        ``name`` becomes the ``CLIENT SETNAME`` of the connection. Raises
+        ``name`` becomes the ``CLIENT SETNAME`` of the connection. Behind
+        Sentinel, ``watch`` (the owner's :class:`~fencekit._redis.sentinel.MasterWatch`)
+        names the master, and the connection closes itself the moment the
+        watch reports that the master is moving. Raises
         :class:`~fencekit.errors.StoreError` when Redis cannot be reached, refuses
-        the credentials or database, or (behind Sentinel) is not the master.
+        the credentials or database, or (behind Sentinel) is not the master,
+        or a failover is under way.
         """
         if isinstance(target, str):
             target = parse_url(target)
-        address = await resolve_address(target)
+        if watch is not None:
+            await watch.start()
+            address: tuple[str, int] | str = watch.writable()
+        else:
+            address = await resolve_address(target)
         loop = asyncio.get_running_loop()
         conn = cls(target, loop)
         try:
@@ -128,7 +141,7 @@ class LeanConnection(asyncio.Protocol):
                 connecting = loop.create_unix_connection(lambda: conn, address)
             else:
                 host, port = address
-                conn._address = f"{host}:{port}"
+                conn._address = _joined(address)
                 context = target.tls.context(target.redacted()) if target.tls is not None else None
                 connecting = loop.create_connection(
                     lambda: conn,
@@ -149,7 +162,18 @@ class LeanConnection(asyncio.Protocol):
         except BaseException:
             conn.close()
             raise
+        if watch is not None:
+            conn._watch = watch
+            watch.listen(conn._master_moved)
         return conn
+
+    def _master_moved(self, change: Change) -> None:
+        """The watch says the master is moving: leave this one now (its writes could be discarded)."""
+        if change.kind == "resume":
+            return
+        if change.kind == "switch" and change.new is not None and self._address == _joined(change.new):
+            return  # already on the new master
+        self._abort(f"the sentinels are moving the master away from {self._address} ({change.kind})")
 
     async def _set_up(self, name: str | None) -> None:
         """AUTH, SELECT, CLIENT SETNAME and (Sentinel) ROLE in one round trip."""
@@ -211,6 +235,11 @@ class LeanConnection(asyncio.Protocol):
     def eof_received(self) -> bool | None:
         return None  # let the transport close; connection_lost fails the waiters
 
+    def _forget_watch(self) -> None:
+        if self._watch is not None:
+            self._watch.forget(self._master_moved)
+            self._watch = None
+
     def connection_lost(self, exc: Exception | None) -> None:
         if not self._closed:
             self._closed = True
@@ -218,6 +247,7 @@ class LeanConnection(asyncio.Protocol):
             self._cancel_timer()
             self._fail_waiters(self._close_reason, exc)
         self._transport = None
+        self._forget_watch()
         if not self._lost.done():
             self._lost.set_result(None)
 
@@ -424,6 +454,10 @@ class LeanConnection(asyncio.Protocol):
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
+
+
+def _joined(address: tuple[str, int]) -> str:
+    return f"{address[0]}:{address[1]}"
 
 
 def _script_load(script: Script) -> bytes:

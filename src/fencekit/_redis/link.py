@@ -23,6 +23,7 @@ from redis.exceptions import RedisError
 from fencekit._redis.clients import aclose_client, async_client
 from fencekit._redis.run import Durability, apipeline, translate_error
 from fencekit._redis.scripts import Call
+from fencekit._redis.sentinel import MasterWatch
 from fencekit._redis.url import RedisTarget
 from fencekit.errors import ConfigError, StoreError
 
@@ -42,12 +43,18 @@ class Link(Protocol):
     async def aclose(self) -> None: ...
 
 
-async def open_link(target: RedisTarget, *, name: str | None = None, kind: str = "lean") -> Link:
-    """Open a link of ``kind`` ``"lean"`` (default) or ``"redis-py"``."""
+async def open_link(
+    target: RedisTarget, *, name: str | None = None, kind: str = "lean", watch: MasterWatch | None = None
+) -> Link:
+    """Open a link of ``kind`` ``"lean"`` (default) or ``"redis-py"``.
+
+    ``watch``: the owner's master watch (Sentinel), so the link leaves a
+    demoted master at once (a redis-py link follows its own client's watch).
+    """
     if kind == "lean":
         from fencekit._redis.hotpath import LeanConnection
 
-        return await LeanConnection.open(target, name=name)
+        return await LeanConnection.open(target, name=name, watch=watch)
     if kind == "redis-py":
         return await RedisPyLink.open(target, name=name)
     raise ConfigError(f"unknown link kind {kind!r} (lean or redis-py)")

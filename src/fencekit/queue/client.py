@@ -26,7 +26,7 @@ from typing_extensions import Unpack
 
 from fencekit._log import default_logger
 from fencekit._redis import scripts
-from fencekit._redis.clients import aclose_client, async_client
+from fencekit._redis.clients import aclose_client, async_client, watch_of
 from fencekit._redis.keys import KeySpace
 from fencekit._redis.link import Link, open_link, wait_replicas
 from fencekit._redis.run import Durability, apipeline, translated
@@ -158,7 +158,9 @@ class Client:
                 self._lean_opening = asyncio.Lock()
             async with self._lean_opening:
                 if self._lean is None or self._lean.closed:
-                    self._lean = await open_link(self.target, name="fencekit-client")
+                    self._lean = await open_link(
+                        self.target, name="fencekit-client", watch=watch_of(self.redis)
+                    )
         return self._lean
 
     async def queues(self) -> list[str]:

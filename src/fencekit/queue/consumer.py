@@ -33,6 +33,7 @@ from typing import Any
 import redis.asyncio
 
 from fencekit._redis import scripts
+from fencekit._redis.clients import watch_of
 from fencekit._redis.keys import KeySpace
 from fencekit._redis.link import Link, open_link, wait_replicas
 from fencekit._redis.run import Durability, as_text
@@ -97,8 +98,10 @@ class Consumer:
         self._empty: set[str] = set()
         self._rotation = 0
         self._event = asyncio.Event()
+        self._watch = watch_of(redis_client)
         self._waker = Waker(
             target,
+            watch=self._watch,
             link_kind=self.link_kind,
             name=consumer_id,
             wake_keys={k.wake: q for q, k in self._qkeys.items()},
@@ -326,7 +329,9 @@ class Consumer:
                 # Replies lost with the old connection may have been claims or acks that landed:
                 # before the next turn, return what is in flight here but not running.
                 self._reconcile = True
-            self._link = await open_link(self.target, name=f"fk:{self.consumer_id}", kind=self.link_kind)
+            self._link = await open_link(
+                self.target, name=f"fk:{self.consumer_id}", kind=self.link_kind, watch=self._watch
+            )
         return self._link
 
     def _want_wake_update(self) -> None:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 
 from fencekit._redis.link import Link, open_link
 from fencekit._redis.run import as_text
+from fencekit._redis.sentinel import MasterWatch
 from fencekit._redis.url import RedisTarget
 from fencekit.errors import StoreError
 from fencekit.queue.loops import Backoff
@@ -37,6 +38,7 @@ class Waker:
         self,
         target: RedisTarget,
         *,
+        watch: MasterWatch | None,
         link_kind: str,
         name: str,
         wake_keys: Mapping[str, str],
@@ -44,6 +46,7 @@ class Waker:
         on_wake: Callable[[str | None], None],
     ) -> None:
         self.target = target
+        self.watch = watch
         self.link_kind = link_kind
         self.name = name
         self.wake_keys = dict(wake_keys)  # wake key -> queue
