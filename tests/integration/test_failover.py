@@ -224,6 +224,8 @@ class Report:
     pool_log: str
     producer_other: list[str]
     producer_errors: list[str] = field(default_factory=list)
+    ready_during: list[int] = field(default_factory=list)  # /ready between the fault and the demotion
+    ready_after: int = 0
 
     def print(self) -> None:
         last = "-" if self.old_master_last_write is None else f"{self.old_master_last_write:+.3f}s"
@@ -307,6 +309,7 @@ def run_failover(
         cluster.wait_demoted(old_node, timeout=40)
         monitor.stop()
         t_settled = time.monotonic()
+        ready_during = probe.statuses_between(t_fault, t_settled)
         wait_until(
             lambda: sum(1 for t in producer.report.accepted_at.values() if t > t_settled) >= 200,  # type: ignore[union-attr]
             20,
@@ -327,6 +330,7 @@ def run_failover(
             known = _unfinished(r) | _dead(r)
             effects = _effects(r, acknowledged | set(report.refused))
             processed = int(r.hget("fencekit:{work}:stats", "processed") or 0)
+        ready_after = pool.ready_status()
         assert pool.proc.poll() is None, pool.output()[-3000:]
     finally:
         if producer is not None:
@@ -358,6 +362,8 @@ def run_failover(
         pool_log=pool.output(),
         producer_other=report.other,
         producer_errors=[m for _, m in report.errors],
+        ready_during=ready_during,
+        ready_after=ready_after,
     )
 
 
@@ -382,6 +388,7 @@ def check(report: Report, *, durable: bool = False) -> None:
             f"the old master saw a write {report.old_master_last_write:.2f}s after the switch was announced"
         )
     assert report.after_switch >= 200
+    assert report.ready_after == 200
     assert "killed by" not in report.pool_log, "a child was restarted"
     assert "Traceback" not in report.pool_log, report.pool_log[-3000:]
 
@@ -433,6 +440,7 @@ def test_sigkill_of_the_master_under_load(cluster: LocalSentinel, tmp_path: Path
     report = run_failover(cluster, tmp_path, "SIGKILL of the master", crash)
     check(report)
     assert report.refused > 0, "enqueue kept succeeding while there was no master"
+    assert 503 in report.ready_during, "/ready never said Redis was unavailable while there was no master"
     assert log_lines(report.pool_log, "recovered after"), "the consumers never logged their recovery"
 
 
