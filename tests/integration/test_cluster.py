@@ -186,6 +186,7 @@ async def test_every_async_primitive_runs_on_redis_cluster(
 def test_cluster_helper_stops_its_servers(tmp_path: Path, server_binary: str) -> None:
     with LocalCluster(tmp_path / "c", masters=3, binary=server_binary) as local:
         nodes = list(local.nodes)
+        assert len(nodes) == 3
         assert all(node.is_running for node in nodes)
         with local.client(decode_responses=True) as client:
             client.set("k", "v")

@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import string
 from collections.abc import Iterator
@@ -61,25 +60,25 @@ def _decode_only_payload_errors(raw: bytes | str) -> None:
     env.next_attempt(env.attempt + 1)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=400)
 @given(st.binary(max_size=2048))
 def test_decode_of_any_bytes_raises_only_payload_error(raw: bytes) -> None:
     _decode_only_payload_errors(raw)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(st.text(max_size=512))
 def test_decode_of_any_text_raises_only_payload_error(raw: str) -> None:
     _decode_only_payload_errors(raw)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=400)
 @given(st.dictionaries(st.sampled_from(FIELDS) | st.text(max_size=6), json_values, max_size=8))
 def test_decode_of_envelope_shaped_objects_with_any_field_types(obj: dict[str, Any]) -> None:
     _decode_only_payload_errors(json.dumps(obj).encode())
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(json_values, st.integers(min_value=0, max_value=2**40))
 def test_a_valid_envelope_round_trips(params: Any, attempt: int) -> None:
     params = {"p": params}
@@ -203,7 +202,10 @@ async def test_bad_entries_in_a_queue_become_dead_letters_with_reasons(redis_url
                 timeout=20,
                 what="queue drained",
             )
-            await asyncio.sleep(0.3)
+            settled = 10 + len(BAD)  # every task pushed, good or bad, processed or failed once
+            await eventually(
+                lambda: sum(stats(r, "fuzz")[k] for k in ("processed", "failed")) == settled, what="settled"
+            )
             assert not serving.done()
             letters = await client.queue("fuzz").dead_letters(limit=100)
         s = stats(r, "fuzz")
@@ -255,7 +257,6 @@ def _work_stats(r: redis.Redis) -> dict[str, int]:
 
 @settings(
     max_examples=15,
-    deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(

@@ -20,13 +20,14 @@ import pytest
 import redis
 import redis.asyncio
 import uvloop
+from tests.queue_helpers import eventually
 
 from fencekit._redis import hotpath
 from fencekit._redis.hotpath import LeanConnection
 from fencekit._redis.scripts import Call, Script
 from fencekit._redis.url import parse_url
 from fencekit.errors import ConfigError, EncodeError, FencedOutError, LockNotOwned, StoreError
-from fencekit.testing import RedisServer
+from fencekit.testing import RedisServer, wait_until
 
 T = TypeVar("T")
 Runner = Callable[[Awaitable[T]], T]
@@ -97,6 +98,27 @@ INCR_THEN_SPIN = script(
 def counter(url: str, key: str = "counter") -> int:
     with redis.Redis.from_url(url) as client:
         return int(client.get(key) or 0)
+
+
+def blocked_in_blpop(url: str, name: str) -> bool:
+    """True once the connection named ``name`` is blocked in BLPOP on the server."""
+    with redis.Redis.from_url(url, decode_responses=True) as client:
+        return any(
+            c.get("name") == name and c.get("cmd") == "blpop" and "b" in c.get("flags", "")
+            for c in client.client_list()
+        )
+
+
+def busy(url: str) -> bool:
+    """True while Redis answers BUSY: a script ran past ``lua-time-limit`` and is still running."""
+    with redis.Redis.from_url(url) as client:
+        try:
+            client.ping()
+        except redis.ResponseError as exc:
+            if str(exc).startswith("BUSY"):
+                return True
+            raise
+    return False
 
 
 # -- results -----------------------------------------------------------------
@@ -227,8 +249,10 @@ def test_error_replies_are_translated_and_leave_the_connection_usable(
 # -- connection set-up -------------------------------------------------------
 
 
-def test_auth_select_and_client_name_are_sent_on_open(run: Runner[Any], tmp_path: Path) -> None:
-    with RedisServer(tmp_path / "auth", config={"requirepass": "s3cret"}) as server:
+def test_auth_select_and_client_name_are_sent_on_open(
+    run: Runner[Any], tmp_path: Path, server_binary: str
+) -> None:
+    with RedisServer(tmp_path / "auth", binary=server_binary, config={"requirepass": "s3cret"}) as server:
 
         async def scenario() -> None:
             url = f"redis://default:s3cret@{server.host}:{server.port}/5"
@@ -280,8 +304,9 @@ def test_unix_socket_urls_connect(run: Runner[Any], redis_server: RedisServer, r
         assert client.get("via") == b"unix"
 
 
-def test_an_unreachable_server_is_a_store_error(run: Runner[Any], tmp_path: Path) -> None:
-    server = RedisServer(tmp_path / "gone")  # never started: nothing listens on its port
+def test_an_unreachable_server_is_a_store_error(run: Runner[Any], tmp_path: Path, server_binary: str) -> None:
+    # Never started: nothing listens on its port.
+    server = RedisServer(tmp_path / "gone", binary=server_binary)
 
     async def scenario() -> None:
         with pytest.raises(StoreError, match="cannot connect"):
@@ -290,11 +315,12 @@ def test_an_unreachable_server_is_a_store_error(run: Runner[Any], tmp_path: Path
     run(scenario())
 
 
-def test_sentinel_urls_find_the_master(run: Runner[Any], tmp_path: Path) -> None:
+def test_sentinel_urls_find_the_master(run: Runner[Any], tmp_path: Path, server_binary: str) -> None:
     with (
-        RedisServer(tmp_path / "master") as master,
+        RedisServer(tmp_path / "master", binary=server_binary) as master,
         RedisServer(
             tmp_path / "sentinel",
+            binary=server_binary,
             sentinel=True,
             config={"sentinel": f"monitor mymaster {master.host} {master.port} 1"},
         ) as sentinel,
@@ -315,11 +341,15 @@ def test_sentinel_urls_find_the_master(run: Runner[Any], tmp_path: Path) -> None
 
 
 def test_sentinel_targets_are_checked_to_be_the_master(
-    run: Runner[Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    run: Runner[Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server_binary: str
 ) -> None:
     with (
-        RedisServer(tmp_path / "master") as master,
-        RedisServer(tmp_path / "replica", config={"replicaof": f"{master.host} {master.port}"}) as replica,
+        RedisServer(tmp_path / "master", binary=server_binary) as master,
+        RedisServer(
+            tmp_path / "replica",
+            binary=server_binary,
+            config={"replicaof": f"{master.host} {master.port}"},
+        ) as replica,
     ):
         target = parse_url("redis+sentinel://127.0.0.1:1/mymaster?db=1")
 
@@ -370,16 +400,17 @@ def test_a_timeout_closes_the_connection_and_nothing_is_re_sent(
     run: Runner[Any], private_redis: RedisServer
 ) -> None:
     url = private_redis.url(0) + "?socket_timeout=0.2"
+    with private_redis.client() as admin:
+        admin.config_set("lua-time-limit", 50)  # a script running past 50 ms makes Redis answer BUSY
 
     async def scenario() -> None:
         conn = await LeanConnection.open(url)
         await conn.execute("SCRIPT", "LOAD", INCR_THEN_SPIN.source)  # so PING queues behind it
-        slow = asyncio.ensure_future(conn.call(Call(INCR_THEN_SPIN, ("counter",), (800,))))
+        slow = asyncio.ensure_future(conn.call(Call(INCR_THEN_SPIN, ("counter",), (1500,))))
         queued = asyncio.ensure_future(conn.execute("PING"))
-        started = time.monotonic()
         with pytest.raises(StoreError, match=r"within 0\.2s.*not re-sent"):
             await slow
-        assert time.monotonic() - started < 0.7
+        assert busy(private_redis.url(0))  # the timeout surfaced while the script still ran
         with pytest.raises(StoreError, match="not re-sent"):
             await queued
         assert conn.closed
@@ -388,10 +419,13 @@ def test_a_timeout_closes_the_connection_and_nothing_is_re_sent(
         await conn.aclose()
 
     run(scenario())
-    # GET waits for the script to finish; it ran exactly once.
-    assert counter(private_redis.url(0)) == 1
-    time.sleep(0.3)
-    assert counter(private_redis.url(0)) == 1
+    wait_until(lambda: not busy(private_redis.url(0)), timeout=10, what="the script to finish")
+    assert counter(private_redis.url(0)) == 1  # it ran exactly once
+    # And nothing is still on its way: the server has let go of the connection under test, which
+    # it does only after running all that was sent on it.
+    with private_redis.client() as check:
+        wait_until(lambda: len(check.client_list()) == 1, timeout=10, what="the test's connection gone")
+        assert int(check.get("counter")) == 1
 
 
 def test_a_per_call_timeout_lets_blocking_commands_wait(run: Runner[Any], redis_url: str) -> None:
@@ -432,13 +466,12 @@ def test_a_server_killed_mid_call_is_a_store_error(run: Runner[Any], private_red
         conn = await LeanConnection.open(private_redis.url(0))
         idle = await LeanConnection.open(private_redis.url(0))
         call = asyncio.ensure_future(conn.call(Call(INCR_THEN_SPIN, ("counter",), (5000,))))
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.2)  # into the script: a Redis running one answers nobody, so nothing to poll
         private_redis.kill()
         with pytest.raises(StoreError, match="lost"):
             await call
         assert conn.closed
-        await asyncio.sleep(0.05)
-        assert idle.closed
+        await eventually(lambda: idle.closed, timeout=5, what="the idle connection noticing")
         with pytest.raises(StoreError, match="closed"):
             await idle.execute("PING")
         await conn.aclose()
@@ -447,10 +480,14 @@ def test_a_server_killed_mid_call_is_a_store_error(run: Runner[Any], private_red
     run(scenario())
 
 
-def test_a_readonly_reply_closes_the_connection(run: Runner[Any], tmp_path: Path) -> None:
+def test_a_readonly_reply_closes_the_connection(run: Runner[Any], tmp_path: Path, server_binary: str) -> None:
     with (
-        RedisServer(tmp_path / "master") as master,
-        RedisServer(tmp_path / "replica", config={"replicaof": f"{master.host} {master.port}"}) as replica,
+        RedisServer(tmp_path / "master", binary=server_binary) as master,
+        RedisServer(
+            tmp_path / "replica",
+            binary=server_binary,
+            config={"replicaof": f"{master.host} {master.port}"},
+        ) as replica,
     ):
 
         async def scenario() -> None:
@@ -468,9 +505,9 @@ def test_a_readonly_reply_closes_the_connection(run: Runner[Any], tmp_path: Path
 
 def test_close_fails_waiting_requests(run: Runner[Any], redis_url: str) -> None:
     async def scenario() -> None:
-        conn = await LeanConnection.open(redis_url)
+        conn = await LeanConnection.open(redis_url, name="closed-while-waiting")
         waiting = asyncio.ensure_future(conn.execute("BLPOP", "empty", 5))
-        await asyncio.sleep(0.05)
+        await eventually(lambda: blocked_in_blpop(redis_url, "closed-while-waiting"), what="BLPOP blocked")
         await conn.aclose()
         with pytest.raises(StoreError, match="closed by its owner"):
             await waiting
@@ -508,10 +545,10 @@ def test_concurrent_callers_get_their_own_replies(run: Runner[Any], redis_url: s
 
 def test_a_cancelled_caller_does_not_shift_the_replies_of_others(run: Runner[Any], redis_url: str) -> None:
     async def scenario() -> None:
-        conn = await LeanConnection.open(redis_url)
+        conn = await LeanConnection.open(redis_url, name="cancelled-caller")
         try:
             blocked = asyncio.ensure_future(conn.execute("BLPOP", "empty", 0.2, timeout=2))
-            await asyncio.sleep(0.02)
+            await eventually(lambda: blocked_in_blpop(redis_url, "cancelled-caller"), what="BLPOP blocked")
             blocked.cancel()
             assert await conn.execute("ECHO", "after") == b"after"
             assert not conn.closed

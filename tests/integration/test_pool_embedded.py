@@ -61,6 +61,7 @@ async def test_an_async_host_runs_the_pool_with_exec_children_and_keeps_its_sign
             assert signal.getsignal(signal.SIGTERM) is before
             assert not getattr(loop, "_signal_handlers", {})  # no handler added to the host's loop
             pids = [c["pid"] for c in pool.children()]
+            assert len(pids) == 2, pids
             for pid in pids:
                 cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
                 assert b"fencekit.pool.exec_child" in cmdline  # exec'd, not forked

@@ -66,7 +66,12 @@ async def test_a_server_survives_a_redis_outage_and_logs_the_back_off_as_the_see
             r.close()
             await in_thread(durable_redis.stop)
             release.set()  # the task finishes while Redis is down: its ack must wait
-            await asyncio.sleep(2.5)
+
+            # Down until the back-off has grown twice (asserted below), the finished task's ack waiting.
+            def growths() -> int:
+                return sum("claiming" in m and "now retrying" in m for m in messages(server.logger))
+
+            await eventually(lambda: done == [1] and growths() >= 2, timeout=10, what="two growths")
             assert not serving.done()
             await in_thread(durable_redis.start)
             r = durable_redis.client()

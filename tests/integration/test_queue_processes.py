@@ -4,7 +4,6 @@ Every outcome is read from Redis."""
 
 from __future__ import annotations
 
-import asyncio
 import signal
 from pathlib import Path
 from typing import Any
@@ -97,7 +96,8 @@ async def test_a_server_killed_mid_task_has_its_task_returned_by_another_servers
         await eventually(
             lambda: not r.hexists(CONSUMERS, child_id), timeout=5, what="dead consumer forgotten"
         )
-        await asyncio.sleep(0.3)
+        # Finished and in no place in Redis (I1): nothing is left that could run it again.
+        await eventually(lambda: locate(r, "crash", jid) == [], what="the task nowhere")
     s = stats(r, "crash")
     if retry:
         assert runs == [(jid, 1)]  # ran again, with attempt + 1
@@ -125,7 +125,7 @@ async def test_a_paused_server_is_fenced_out_when_it_resumes(
             b_runs.append((job.attempt, job.token.value))
             await job.set_if_fresh("result", "B")
 
-    child, _jid = await start_holding(tmp_path, redis_url, r, procs, "pause", ttl=1.0)
+    child, jid = await start_holding(tmp_path, redis_url, r, procs, "pause", ttl=1.0)
     child_id = consumer_of(r, child.pid)
     assert child_id is not None
     ((_, _, a_attempt, a_token),) = [e for e in events(r) if e[0] == child.pid]
@@ -146,7 +146,8 @@ async def test_a_paused_server_is_fenced_out_when_it_resumes(
             )
             # A re-registers with its next beat: it is watched again.
             await eventually(lambda: r.hexists(CONSUMERS, child_id), timeout=5, what="A re-registered")
-            await asyncio.sleep(0.5)
+            # A's write and ack were refused (seen above) and the task is in no place (I1): done.
+            await eventually(lambda: locate(r, "pause", jid) == [], what="the task nowhere")
             s = stats(r, "pause")
             assert s["processed"] == 1  # exactly once
             assert r.get("result") == b"B"

@@ -399,14 +399,30 @@ async def test_run_without_workers_is_a_config_error() -> None:
 # -- logging ----------------------------------------------------------------------------------
 
 
-def test_client_and_server_expose_a_plain_replaceable_logger() -> None:
-    server = Server(redis_url="redis://127.0.0.1:1/0", web_port=0)
-    client = Client(redis_url="redis://127.0.0.1:1/0")
+async def test_client_and_server_log_through_the_plain_logger_put_in_place_of_theirs(
+    redis_url: str, r: Any
+) -> None:
+    class Ok:
+        queue = "replaced"
+        operation = "ok"
+
+        @classmethod
+        async def perform(cls, payload: dict) -> None:
+            return None
+
+    server = Server(redis_url=redis_url, web_port=0)
+    client = Client(redis_url=redis_url)
     assert isinstance(server.logger, logging.Logger)
     assert isinstance(client.logger, logging.Logger)
-    server.logger = logging.getLogger("myapp.fencekit")
-    client.logger = logging.getLogger("myapp.fencekit")
-    assert server.logger is client.logger
+    mine = capture_logger("myapp.fencekit")
+    server.logger = client.logger = mine  # one application logger for both
+    server.add_workers(Ok)
+    async with client, running(server):
+        jid = await client.enqueue(Task("replaced", "ok"))
+        await eventually(lambda: stats(r, "replaced")["processed"] == 1)
+    lines = messages(mine)
+    assert any(jid in line and "accepted" in line for line in lines), lines  # the client's line
+    assert any(jid in line and "completed" in line for line in lines), lines  # the server's line
 
 
 async def test_every_task_message_contains_the_jid(redis_url: str, r: Any) -> None:

@@ -9,6 +9,7 @@ the test stops, pauses (SIGSTOP) and restarts.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import re
 import time
@@ -202,18 +203,18 @@ async def test_ready_goes_503_when_redis_stops_and_200_when_it_is_back(
     assert (response.status_code, response.json()) == (200, {"status": "ok"})
 
 
-async def test_ready_answers_503_within_two_seconds_while_redis_is_paused(
+async def test_ready_answers_503_instead_of_hanging_while_redis_is_paused(
     probe_web: httpx.AsyncClient, private_redis: RedisServer
 ) -> None:
+    # A paused Redis never answers: only the probe's own timeout can produce the 503
+    # (the client waits up to its 10 s; how fast the probe answers is not the point).
     assert (await probe_web.get("/ready")).status_code == 200
     private_redis.pause()
     try:
         for _ in range(2):  # the second one runs on a fresh connection attempt
-            started = time.monotonic()
-            response = await probe_web.get("/ready", timeout=2.0)
-            assert time.monotonic() - started < 2.0
+            response = await probe_web.get("/ready")
             assert (response.status_code, response.json()) == (503, {"status": "redis unavailable"})
-        assert (await probe_web.get("/live", timeout=2.0)).status_code == 200
+        assert (await probe_web.get("/live")).status_code == 200
     finally:
         private_redis.resume()
     response = await probe_web.get("/ready")
@@ -231,9 +232,7 @@ async def test_admin_says_redis_unavailable_with_503_while_redis_is_paused(
             assert (await http.get("/admin")).status_code == 200
             private_redis.pause()
             try:
-                started = time.monotonic()
-                response = await http.get("/admin")
-                assert time.monotonic() - started < 2.0
+                response = await http.get("/admin")  # the page's own snapshot timeout answers, not Redis
                 assert response.status_code == 503
                 assert "Redis unavailable" in response.text
                 metrics = metric_values((await http.get("/metrics")).text)
@@ -506,12 +505,57 @@ async def test_metrics_parse_and_match_the_queue_counters(scenario: Scenario) ->
     # the Server's consumer ran 3 quick jobs and 1 failing one; the slow one is still running
     assert v("fencekit_job_duration_seconds_count") == 4
     assert v("fencekit_job_duration_seconds_bucket", le="+Inf") == 4
-    assert v("fencekit_job_duration_seconds_bucket", le="0.25") == 4
-    assert 0 <= v("fencekit_job_duration_seconds_sum") < 1.0
+    # every bucket is the consumer's own histogram, cumulative (how fast the jobs ran is not the point)
+    histogram = scenario.server.durations()
+    buckets = [v("fencekit_job_duration_seconds_bucket", le=repr(b)) for b in histogram.bounds]
+    assert buckets == [n for _, n in histogram.cumulative()[:-1]]
+    assert buckets == sorted(buckets)
+    assert v("fencekit_job_duration_seconds_sum") == histogram.sum
     assert not any(name.startswith("fencekit_pool") for name, _ in values)
     # counted once, however often it is scraped
     again = metric_values((await scenario.http.get("/metrics", auth=AUTH)).text)
     assert again[("fencekit_job_duration_seconds_count", ())] == 4
+
+
+class Nap:
+    """Sleeps as long as its task says: a lower bound of the job's duration that the test knows."""
+
+    queue = "nap"
+    operation = "sleep"
+
+    @classmethod
+    async def perform(cls, payload: dict[str, Any]) -> None:
+        await asyncio.sleep(payload["seconds"])
+
+
+async def test_a_job_that_sleeps_past_a_bucket_bound_is_counted_above_that_bound(redis_url: str) -> None:
+    server = Server(redis_url, web_port=0)
+    server.add_workers(Nap)
+    run = asyncio.create_task(server.run())
+    try:
+        await asyncio.wait_for(server.started.wait(), 10)
+        assert server.web is not None
+        async with Client(redis_url) as client:
+            await client.enqueue(Task("nap", "sleep", {"seconds": 0.3}))
+
+            async def processed() -> bool:
+                return (await client.queue("nap").stats()).processed == 1
+
+            await eventually(processed, what="the nap to finish")
+        async with httpx.AsyncClient(base_url=server.web.url) as http:
+            values = metric_values((await http.get("/metrics")).text)
+    finally:
+        server.stop()
+        await asyncio.wait_for(run, 10)
+
+    def bucket(le: str) -> float:
+        return values[("fencekit_job_duration_seconds_bucket", (("le", le),))]
+
+    # A job that slept 0.3 s lies above every bound up to 0.25 s; above that, speed decides.
+    assert [bucket(le) for le in ("0.001", "0.01", "0.1", "0.25")] == [0, 0, 0, 0]
+    assert bucket("+Inf") == 1
+    assert values[("fencekit_job_duration_seconds_count", ())] == 1
+    assert values[("fencekit_job_duration_seconds_sum", ())] > 0.25
 
 
 async def test_a_durations_callable_may_return_a_whole_histogram(redis_url: str) -> None:
@@ -630,8 +674,9 @@ async def test_web_server_stops_and_frees_its_port_and_leaves_signals_alone(redi
     await again.stop()
     busy = WebServer(create_app(source), port=port)
     await busy.start()
-    with pytest.raises(OSError):
+    with pytest.raises(OSError, match="Address already in use") as caught:
         await WebServer(create_app(source), port=port).start()
+    assert caught.value.errno == errno.EADDRINUSE
     await busy.stop()
     assert {sig: signal.getsignal(sig) for sig in before} == before
     await source.aclose()

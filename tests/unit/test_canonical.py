@@ -244,8 +244,9 @@ def test_a_payload_that_contains_itself_is_refused() -> None:
 
 
 def test_canonicalize_error_is_a_value_error() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^payload\['v'\]: non-finite float nan has no JSON form") as caught:
         canonicalize({"v": math.nan})
+    assert type(caught.value) is CanonicalizeError
 
 
 # -- namespaces --------------------------------------------------------------------

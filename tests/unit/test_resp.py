@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 from fencekit import compiled
 from fencekit._redis import _resp_py, resp
-from fencekit.errors import EncodeError
+from fencekit.errors import EncodeError, FenceKitError
 
 NO_EXT = os.environ.get("FENCEKIT_NO_EXT", "") not in ("", "0")
 IMPLEMENTATIONS = ["python"] if NO_EXT else ["python", "compiled"]
@@ -269,8 +269,12 @@ def test_malformed_commands_are_encode_errors(
 
 
 def test_encode_error_is_a_type_error_and_a_fencekit_error(impl: ModuleType) -> None:
-    with pytest.raises(TypeError):
+    reason = r"^args\[0\]: cannot encode a object \(expected bytes, "
+    with pytest.raises(TypeError, match=reason) as as_type_error:  # what Python code catches
         impl.pack_command(object())
+    with pytest.raises(FenceKitError, match=reason) as as_fencekit_error:  # what fencekit users catch
+        impl.pack_command(object())
+    assert type(as_type_error.value) is type(as_fencekit_error.value) is EncodeError
 
 
 # -- generated inputs --------------------------------------------------------

@@ -26,7 +26,7 @@ from typing import Any
 
 from typing_extensions import Unpack
 
-from fencekit.errors import ConfigError
+from fencekit.errors import ConfigError, FenceKitError
 from fencekit.pool.cli import main
 from fencekit.pool.supervisor import Supervisor
 from fencekit.queue.worker import WorkerRegistry
@@ -86,6 +86,12 @@ class Pool:
         except BaseException:
             await self.supervisor.stop(fast=True)
             raise
+        if self.supervisor.stopping:  # a child could not boot: the supervisor stopped the pool
+            await self.supervisor.stopped.wait()
+            raise ConfigError(
+                f"the pool stopped while starting (exit code {int(self.supervisor.exit_code)}: "
+                "a child could not boot, see its log line)"
+            )
 
     async def stop(self, *, fast: bool = False) -> None:
         """Stop gracefully (children finish within ``grace``), or at once with ``fast``."""
@@ -131,7 +137,7 @@ class Pool:
         self._thread = threading.Thread(target=body, name="fencekit-pool", daemon=True)
         self._thread.start()
         if not started.wait(timeout):
-            raise TimeoutError(f"pool did not start within {timeout}s")
+            raise FenceKitError(f"pool did not start within {timeout}s")
         if failure:
             raise failure[0]
 

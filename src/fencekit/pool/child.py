@@ -35,6 +35,7 @@ from typing import Any, NoReturn
 
 import orjson
 
+from fencekit import _coverage
 from fencekit._log import FORMAT
 from fencekit._redis.clients import aclose_client, async_client
 from fencekit._redis.keys import KeySpace
@@ -158,6 +159,7 @@ def run_and_exit(config: ChildConfig, app: App, board: Board, logger: logging.Lo
                 stream.flush()
             except Exception:
                 pass
+        _coverage.save()  # os._exit skips coverage.py's atexit: the suite measures children too
         os._exit(code)
 
 
@@ -265,5 +267,6 @@ def main() -> NoReturn:
         board = Board(config.board_slots, fd=config.board_fd)
     except (FenceKitError, ValueError, KeyError) as exc:
         logger.error("pool child cannot start: %s", exc)
+        _coverage.save()
         os._exit(ExitCode.BOOT)
     run_and_exit(config, app, board, logger)

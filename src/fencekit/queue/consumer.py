@@ -147,11 +147,13 @@ class Consumer:
         finally:
             waker.cancel()
             await asyncio.gather(waker, return_exceptions=True)
-            await self._return_inflight()
-            await self._waker.aclose()
-            if self._link is not None:
-                await self._link.aclose()
-            self._stopped.set()
+            try:
+                await self._return_inflight()  # StoreError: they stay in flight for the reaper
+            finally:
+                await self._waker.aclose()
+                if self._link is not None:
+                    await self._link.aclose()
+                self._stopped.set()
 
     async def stop(self, grace: float = 0.0) -> None:
         """Stop claiming; let running tasks finish within ``grace`` s; cancel the rest.

@@ -20,6 +20,7 @@ import contextlib
 import functools
 import signal
 from collections.abc import Callable, Collection, Mapping
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from typing_extensions import Unpack
@@ -95,10 +96,10 @@ class Server:
         """The running web server (None before :meth:`run` or with ``web_port=None``)."""
         return self.services.web if self.services is not None else None
 
-    async def enqueue(self, task: Task) -> str:
-        """Enqueue on the server's own connection; returns the jid."""
+    async def enqueue(self, task: Task, *, delay: float | timedelta | None = None) -> str:
+        """Enqueue on the server's own connection (``delay`` as ``Client.enqueue``); returns the jid."""
         self._client.logger = self.logger
-        return await self._client.enqueue(task)
+        return await self._client.enqueue(task, delay=delay)
 
     def queue(self, name: str) -> Queue:
         """A :class:`~fencekit.queue.handle.Queue` handle on the server's connection."""

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import uvicorn
 from starlette.types import ASGIApp
 
-from fencekit.errors import ConfigError
+from fencekit.errors import ConfigError, FenceKitError
 
 __all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "WebServer"]
 
@@ -111,10 +111,10 @@ class WebServer:
             if self._task.done():
                 sock.close()
                 self._task.result()  # raises what stopped uvicorn
-                raise RuntimeError("web server stopped while starting")
+                raise FenceKitError("web server stopped while starting")
             if time.monotonic() - started > 10:
                 await self.stop()
-                raise TimeoutError("web server did not start within 10 s")
+                raise FenceKitError("web server did not start within 10 s")
             await asyncio.sleep(0.005)
         self.logger.info("web: serving /live /ready /admin /metrics on %s", self.url)
         state = getattr(self.app, "state", None)

@@ -1,0 +1,145 @@
+"""The embedded ``Pool`` used the wrong way round, and the embedded Redis default's probe.
+
+A pool asked for its children before it started, stopped before it started,
+started twice, started against a Redis that is not there (async and sync
+hosts), an exec'd child whose APP fails to import in the child only; and
+``default_redis`` when a Redis already answers at its probe address.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fencekit import ConfigError, StoreError
+from fencekit.pool import Pool
+from fencekit.pool.embedded import answers, data_home, default_redis
+from fencekit.runtime.exits import ExitCode
+from fencekit.testing import RedisServer, free_port
+
+APP = textwrap.dedent(
+    """
+    class Echo:
+        queue = "embed-edge"
+        operation = "echo"
+
+        @classmethod
+        async def perform(cls, payload):
+            return None
+
+
+    WORKERS = [Echo]
+    """
+)
+
+CHILD_FAILS = textwrap.dedent(
+    """
+    import sys
+
+    if sys.argv[0].endswith("exec_child.py"):  # python -m fencekit.pool.exec_child
+        raise RuntimeError("this module refuses to load in a pool child")
+
+
+    class Echo:
+        queue = "embed-edge"
+        operation = "echo"
+
+        @classmethod
+        async def perform(cls, payload):
+            return None
+
+
+    WORKERS = [Echo]
+    """
+)
+
+
+@pytest.fixture
+def edge_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    (tmp_path / "edgeembed.py").write_text(APP)
+    (tmp_path / "edgechildfails.py").write_text(CHILD_FAILS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    yield "edgeembed:WORKERS"
+    sys.modules.pop("edgeembed", None)
+    sys.modules.pop("edgechildfails", None)
+
+
+async def test_a_pool_not_started_has_no_children_and_stops_as_a_no_op(edge_app: str) -> None:
+    pool = Pool(edge_app, procs=1, redis_url="redis://127.0.0.1:1/0", web_port=None)
+    assert pool.children() == []
+    await pool.stop()
+    pool.stop_sync()
+
+
+async def test_a_running_pool_cannot_be_started_again(edge_app: str, private_redis: RedisServer) -> None:
+    pool = Pool(edge_app, procs=1, redis_url=private_redis.url(), web_port=None)
+    await pool.start()
+    try:
+        with pytest.raises(ConfigError, match=r"^this pool is already running: stop\(\) it before starting"):
+            await pool.start()
+    finally:
+        await pool.stop()
+
+
+async def test_a_pool_without_its_redis_fails_its_start_and_leaves_nothing_running(
+    edge_app: str, server_binary: str, tmp_path: Path
+) -> None:
+    gone = RedisServer(tmp_path / "gone", binary=server_binary)  # never started: nothing listens
+    pool = Pool(edge_app, procs=1, redis_url=gone.url() + "?socket_connect_timeout=1", web_port=None)
+    with pytest.raises(
+        StoreError, match=rf"^ConnectionError: Error 111 connecting to 127\.0\.0\.1:{gone.port}\."
+    ):
+        await pool.start()
+    assert pool.supervisor is not None
+    assert pool.supervisor.stopped.is_set()
+    assert all(not child["alive"] for child in pool.children())
+
+
+def test_a_synchronous_host_gets_the_start_failure_raised(
+    edge_app: str, server_binary: str, tmp_path: Path
+) -> None:
+    gone = RedisServer(tmp_path / "gone", binary=server_binary)
+    pool = Pool(edge_app, procs=1, redis_url=gone.url() + "?socket_connect_timeout=1", web_port=None)
+    with pytest.raises(StoreError):
+        pool.start_sync(timeout=30)
+
+
+async def test_an_exec_child_whose_app_cannot_load_stops_the_pool_with_the_boot_code(
+    edge_app: str, private_redis: RedisServer
+) -> None:
+    from edgechildfails import Echo  # type: ignore[import-not-found]  # imports in the host
+
+    logger = logging.getLogger("test.embed-edge")
+    pool = Pool([Echo], procs=1, redis_url=private_redis.url(), web_port=None, logger=logger)
+    try:
+        with pytest.raises(
+            ConfigError, match=r"the pool stopped while starting \(exit code 3: a child could not boot"
+        ):
+            await pool.start()
+        assert pool.supervisor is not None
+        assert pool.supervisor.stopped.is_set()
+        assert pool.supervisor.exit_code == ExitCode.BOOT
+    finally:
+        await pool.stop(fast=True)
+
+
+def test_the_embedded_default_uses_a_redis_that_answers_at_its_probe(
+    private_redis: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    probe = (private_redis.host, private_redis.port)
+    assert answers(*probe)
+    assert not answers("127.0.0.1", free_port())
+    url, server = default_redis(tmp_path / "unused", logging.getLogger("test.embed-edge"), probe=probe)
+    assert (url, server) == (f"redis://{probe[0]}:{probe[1]}/0", None)
+    assert not (tmp_path / "unused").exists()  # nothing started, nothing written
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    assert data_home() == tmp_path / "xdg" / "fencekit"
+    monkeypatch.delenv("XDG_DATA_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert data_home() == tmp_path / "home" / ".local" / "share" / "fencekit"

@@ -1,0 +1,42 @@
+"""Which server a test runs on: the flavor the run asked for, and the one a server says it is.
+
+``FENCEKIT_TEST_SERVER=valkey`` (or ``redis``) asks for one flavor; every server
+a test starts must then be built with the session's ``server_binary`` fixture
+(TLS tests apart: only Debian's redis-server is built with TLS). The session's
+fixtures check the servers they start with :func:`check_flavor`;
+``tests/unit/test_server_binaries.py`` checks that every server built in the
+suite's source takes ``binary=server_binary``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from fencekit.testing import RedisServer
+
+FLAVOR = os.environ.get("FENCEKIT_TEST_SERVER") or None
+
+
+def flavor_of(server: RedisServer) -> str:
+    """``"valkey"`` or ``"redis"``, as the running server says in ``INFO server``."""
+    with server.client() as client:
+        info = client.info("server")
+    if "valkey_version" in info or info.get("server_name") == "valkey":
+        return "valkey"
+    assert "redis_version" in info, info
+    return "redis"
+
+
+def check_flavor(server: RedisServer) -> None:
+    """Fail the test when the run asked for a flavor and ``server`` is another one."""
+    if FLAVOR is None:
+        return
+    actual = flavor_of(server)
+    if actual != FLAVOR:
+        pytest.fail(
+            f"FENCEKIT_TEST_SERVER={FLAVOR} but the server on port {server.port} is {actual} "
+            f"({server.binary}): build it with the server_binary fixture",
+            pytrace=False,
+        )
