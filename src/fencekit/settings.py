@@ -157,6 +157,9 @@ class ServerOptions(ClientOptions, total=False):
     """The settings of the consumers and the shared services (``Server`` and the pool)."""
 
     concurrency: Annotated[int, Option(1, "tasks one consumer runs at once", check=at_least(1), metavar="N")]
+    max_claim: Annotated[
+        int, Option(512, "most tasks a consumer claims in one round trip", check=at_least(1), metavar="N")
+    ]
     heartbeat_ttl: Annotated[
         float,
         Option(

@@ -256,6 +256,30 @@ async def test_a_consumer_with_free_slots_claims_several_tasks_in_one_call(redis
     assert tokens == list(range(tokens[0], tokens[0] + 4)), tokens
 
 
+async def test_max_claim_caps_how_many_tasks_one_claim_takes(redis_url: str, r: Any) -> None:
+    release = asyncio.Event()
+
+    async def hold(payload: dict[str, Any]) -> None:
+        await release.wait()
+
+    server = new_server(redis_url, worker("capped", "hold", hold), concurrency=6, max_claim=2)
+    async with Client(redis_url=redis_url) as client, running(server):
+        await eventually(lambda: blocked_on_wake(r, server.consumer_id), what="the consumer idle")
+        await client.enqueue_many([Task("capped", "hold", {"i": i}) for i in range(6)])
+        await eventually(lambda: inflight_count(r, "capped") == 6, what="all six claimed")
+        tokens = sorted(inflight(r, "capped"))
+        release.set()
+        await eventually(lambda: stats(r, "capped")["processed"] == 6)
+    # Consecutive tokens come from one claim: three claims of two, never one of more.
+    runs = [[tokens[0]]]
+    for token in tokens[1:]:
+        if token == runs[-1][-1] + 1:
+            runs[-1].append(token)
+        else:
+            runs.append([token])
+    assert [len(run) for run in runs] == [2, 2, 2], tokens
+
+
 # -- clean shutdown -------------------------------------------------------------------------
 
 

@@ -48,10 +48,9 @@ from fencekit.queue.settle import Retention
 from fencekit.queue.waker import Waker
 from fencekit.queue.worker import WorkerRegistry
 
-__all__ = ["MAX_CLAIM", "Consumer", "ConsumerStats"]
+__all__ = ["Consumer", "ConsumerStats"]
 
 LEASE_RECHECK = 0.1
-MAX_CLAIM = 512
 
 
 class Consumer:
@@ -83,6 +82,7 @@ class Consumer:
         self.registry = registry
         self.consumer_id = consumer_id
         self.concurrency: int = settings["concurrency"]
+        self.max_claim: int = settings["max_claim"]
         self.logger = logger
         self.queues = list(queues if queues is not None else registry.queues)
         self.retention = Retention.of(settings)
@@ -211,7 +211,7 @@ class Consumer:
                 claim_queue = self._pick_queue()
             else:
                 self._lease_blocked = True
-        return self.outbox.take(claim_queue, min(free, MAX_CLAIM))
+        return self.outbox.take(claim_queue, min(free, self.max_claim))
 
     def _ack_claim_call(self, queue: str, want: int, acks: Sequence[int]) -> scripts.Call:
         qk = self._qkeys[queue]
