@@ -169,24 +169,31 @@ class SwitchMonitor(threading.Thread):
         except (redis.RedisError, OSError):
             return  # a sentinel the scenario kills; the others announce too
 
-    def _fingerprint(self, r: redis.Redis) -> Any:
-        pipe = r.pipeline(transaction=False)
+    def _read(self, r: redis.Redis) -> tuple[bool, Any]:
+        """(still master?, fencekit state) read in one transaction: both describe the same instant.
+
+        The demotion replaces the node's data with the new master's; read apart,
+        that replacement would look like a late write.
+        """
+        pipe = r.pipeline(transaction=True)
+        pipe.execute_command("ROLE")
         pipe.hgetall("fencekit:{work}:stats")
         pipe.zrange("fencekit:{registry}:beats", -1, -1, withscores=True)
         pipe.llen("fencekit:{work}:pending")
-        return pipe.execute()
+        role, *state = pipe.execute()
+        return role[0] == b"master", state
 
     def run(self) -> None:
         r = self.old.client(socket_timeout=1.0)
         last = None
         while not self._stop_event.is_set():
             try:
-                if r.execute_command("ROLE")[0] != b"master":
-                    self.demoted_at = time.monotonic()
-                    break
-                now = self._fingerprint(r)
+                master, now = self._read(r)
             except (redis.RedisError, OSError):
                 break  # killed
+            if not master:
+                self.demoted_at = time.monotonic()
+                break
             if last is not None and now != last:
                 self.last_write = time.monotonic()
             last = now

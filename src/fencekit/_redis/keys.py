@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from fencekit.errors import ConfigError
 
@@ -63,6 +64,23 @@ def validate_name(name: object, label: str) -> str:
     if any(ch.isspace() for ch in name):
         raise ConfigError(f"{label} must not contain whitespace: {name!r}")
     return name
+
+
+MAX_JID = 200
+
+
+def is_jid(value: object) -> TypeGuard[str]:
+    """True for a usable jid: 1 to :data:`MAX_JID` printable characters, none of them whitespace.
+
+    A jid becomes part of a key (the job's fence), a log line and an admin
+    page, so anything else is refused at enqueue and dead-lettered at decode.
+    """
+    return (
+        isinstance(value, str)
+        and 0 < len(value) <= MAX_JID
+        and value.isprintable()
+        and not any(ch.isspace() for ch in value)
+    )
 
 
 def validate_prefix(prefix: object) -> str:

@@ -21,6 +21,7 @@ from typing import Any
 
 import orjson
 
+from fencekit._redis.keys import MAX_JID, is_jid
 from fencekit.errors import PayloadError
 
 __all__ = ["DEFAULT_MAX_PAYLOAD", "Envelope", "check_params", "decode", "encode", "peek_jid"]
@@ -126,8 +127,8 @@ def decode(raw: bytes | str) -> Envelope:
         raise PayloadError(f"payload lacks the field {exc.args[0]!r}") from None
     attempt = data.get("attempt", 0)
     enqueued_at = data.get("enqueued_at", 0)
-    if not isinstance(jid, str) or not jid:
-        raise PayloadError("field 'jid' must be a non-empty string")
+    if not is_jid(jid):
+        raise PayloadError(f"field 'jid' must be 1 to {MAX_JID} printable characters without whitespace")
     if not isinstance(queue, str) or not queue:
         raise PayloadError("field 'queue' must be a non-empty string")
     if not isinstance(operation, str) or not operation:
@@ -143,10 +144,10 @@ def decode(raw: bytes | str) -> Envelope:
 
 
 def peek_jid(raw: bytes | str) -> str | None:
-    """The jid of a possibly broken envelope, if one can be read (for logs)."""
+    """The jid of a possibly broken envelope, if it holds a valid one (for logs and dead letters)."""
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError:
         return None
     jid = data.get("jid") if isinstance(data, dict) else None
-    return jid if isinstance(jid, str) else None
+    return jid if is_jid(jid) else None

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from fencekit._redis import scripts
-from fencekit._redis.keys import KeySpace
+from fencekit._redis.keys import KeySpace, is_jid
 from fencekit.errors import PayloadError
 from fencekit.queue import codec
 from fencekit.queue.ids import uuid7
@@ -55,7 +55,8 @@ class Delivery:
 
 
 def _fence(keys: KeySpace, delivery: Delivery, jid: str | None) -> str:
-    return keys.job_fence(delivery.queue, jid or f"token-{delivery.token}")
+    """The job's fence key; a delivery without a usable jid is fenced by its token."""
+    return keys.job_fence(delivery.queue, jid if is_jid(jid) else f"token-{delivery.token}")
 
 
 def fail(

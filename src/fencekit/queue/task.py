@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from fencekit._redis.keys import validate_queue
+from fencekit._redis.keys import MAX_JID, is_jid, validate_queue
 from fencekit.errors import PayloadError
 from fencekit.queue import codec
 from fencekit.queue.ids import uuid7
@@ -37,8 +37,10 @@ class Task:
             raise PayloadError(f"attempt must be a non-negative int, got {self.attempt!r}")
         if self.jid is None:
             self.jid = uuid7()
-        elif not isinstance(self.jid, str) or not self.jid:
-            raise PayloadError(f"jid must be a non-empty str, got {self.jid!r}")
+        elif not is_jid(self.jid):
+            raise PayloadError(
+                f"jid must be 1 to {MAX_JID} printable characters without whitespace, got {self.jid!r}"
+            )
         codec.check_params(self.params)
         raw = codec.encode(
             self.jid, self.queue, self.operation, self.params, self.attempt, time.time_ns() // 1_000_000
