@@ -492,12 +492,13 @@ def every_call(keys: KeySpace, queue: str) -> dict[str, scripts.Call]:
             stats=qk.stats,
             dead=qk.dead,
             dead_index=qk.dead_index,
-            fence=job_fence,
             token=1,
             record=b"",
             dead_id="d",
             keep_dead=10,
-            fence_ttl_ms=1000,
+        ),
+        "job_set": scripts.job_set(
+            inflight=inflight, fence=job_fence, target=f"{{{queue}}}:result", token=1, value="v"
         ),
         "schedule": scripts.schedule(scheduled=qk.scheduled, pending=qk.pending, wake=qk.wake, limit=10),
         "purge": scripts.purge(pending=qk.pending, stats=qk.stats),

@@ -196,17 +196,18 @@ def fail(
     stats: str,
     dead: str,
     dead_index: str,
-    fence: str,
-    token: int,
+    token: int | str,
     record: bytes,
     dead_id: str,
     keep_dead: int,
-    fence_ttl_ms: int,
 ) -> Call:
     """Finish a delivery as failed (``record`` non-empty: dead letter); error ``FENCED`` (``fail.lua``)."""
-    return call(
-        "fail", (inflight, stats, dead, dead_index, fence), (token, record, dead_id, keep_dead, fence_ttl_ms)
-    )
+    return call("fail", (inflight, stats, dead, dead_index), (token, record, dead_id, keep_dead))
+
+
+def job_set(*, inflight: str, fence: str, target: str, token: int, value: Arg) -> Call:
+    """A running job's fenced SET of ``target``; error ``FENCED`` (``job_set.lua``)."""
+    return call("job_set", (inflight, fence, target), (token, value))
 
 
 def schedule(*, scheduled: str, pending: str, wake: str, limit: int) -> Call:

@@ -291,6 +291,8 @@ class Supervisor:
             self.logger.error(
                 "could not return the tasks of child %d now (peers' reapers will): %s", child.slot, exc
             )
+        except Exception:
+            self.logger.exception("returning the tasks of child %d failed (peers' reapers will)", child.slot)
         finally:
             assert child.exited is not None
             if not child.exited.done():

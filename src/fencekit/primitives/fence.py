@@ -62,7 +62,8 @@ class FenceRules:
         self.keys = KeySpace(prefix)
         self.fence_ttl_ms = 0 if fence_ttl is None else ttl_ms(fence_ttl, "fence_ttl")
 
-    def set_call(self, token: object, key: object, value: object) -> Call:
+    def write(self, token: object, key: object, value: object) -> tuple[FenceToken, str, str, FenceValue]:
+        """A fenced write's ``(token, fence key, target key, value)``, checked (also for job writes)."""
         token = _token(token)
         target = validate_name(key, "key")
         if isinstance(value, bool) or not isinstance(value, (str, bytes, int, float)):
@@ -70,6 +71,10 @@ class FenceRules:
         fence = self.keys.fence(token.resource)
         if target == fence:
             raise ConfigError(f"the target key must not be the fence key itself: {key!r}")
+        return token, fence, target, value
+
+    def set_call(self, token: object, key: object, value: object) -> Call:
+        token, fence, target, value = self.write(token, key, value)
         return scripts.fence_set(
             fence=fence,
             target=target,

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import redis.asyncio
@@ -369,20 +369,34 @@ class Consumer:
         sent: in this turn or a later one.
         """
         for queue in self.queues:
-            entries = await link.execute("HGETALL", self._inflight[queue])
             known = {t for (q, t) in self._running if q == queue}
             known |= self.outbox.waiting(queue) | turn.tokens(queue)
-            calls = [
-                self._returned(queue, int(token), raw).call
-                for token, raw in zip(entries[::2], entries[1::2])
-                if int(token) not in known
-            ]
+            calls = await self._unfinished_calls(link, queue, skip=known)
             if calls:
                 await link.pipeline(calls)
                 self.logger.warning(
                     "returned %d task(s) of a lost claim reply to queue %s", len(calls), queue
                 )
         self._reconcile = False
+
+    async def _unfinished_calls(
+        self, link: Link, queue: str, skip: Collection[int] = ()
+    ) -> list[scripts.Call]:
+        """Calls that take every entry of this consumer's in-flight hash of ``queue`` back (but ``skip``).
+
+        A field that is not a delivery token (written by someone else) is
+        taken out as a dead letter instead of being trusted.
+        """
+        inflight = self._inflight[queue]
+        entries = await link.execute("HGETALL", inflight)
+        calls = []
+        for field, raw in zip(entries[::2], entries[1::2]):
+            token = settle.delivery_token(field)
+            if token is None:
+                calls.append(settle.corrupt(self.keys, queue, inflight, field, retention=self.retention))
+            elif token not in skip:
+                calls.append(self._returned(queue, token, raw).call)
+        return calls
 
     def _returned(self, queue: str, token: int, raw: bytes) -> settle.Verdict:
         delivery = self._performer.delivery(queue, token, raw)
@@ -397,11 +411,7 @@ class Consumer:
                 self._absorb(turn, await link.pipeline(turn.calls))
             returned = 0
             for queue in self.queues:
-                entries = await link.execute("HGETALL", self._inflight[queue])
-                calls = [
-                    self._returned(queue, int(token), raw).call
-                    for token, raw in zip(entries[::2], entries[1::2])
-                ]
+                calls = await self._unfinished_calls(link, queue)
                 if calls:
                     results = await link.pipeline(calls)
                     returned += sum(1 for r in results if not isinstance(r, BaseException))

@@ -2,12 +2,15 @@
 
 A delivery is one claim of a task: its ``jid``, ``queue``, ``operation``,
 ``attempt`` and the fencing ``token`` that claim was issued. The token's
-resource names the task (``{queue}:job:<jid>``), so every delivery of the
-same task writes through the same fence, and a newer delivery always holds a
-larger token. ``await current_job().set_if_fresh(key, value)`` is a Redis
-``SET`` that lands only while this delivery is the newest one: once the task
-was reaped or redelivered, the write raises
-:class:`~fencekit.errors.FencedOutError` and changes nothing.
+resource names the task (``{queue}:job:<jid>``), and a newer delivery always
+holds a larger token. ``await current_job().set_if_fresh(key, value)`` is a
+Redis ``SET`` that lands only while this delivery is still the task's
+current one -- still in its consumer's in-flight hash and not older than the
+job's fence (raised when a delivery is reaped or returned): once the task
+was reaped, returned or finished, the write raises
+:class:`~fencekit.errors.FencedOutError` and changes nothing
+(``job_set.lua``). It writes no key of its own, so a fenced job leaves
+nothing behind in Redis.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from fencekit._redis import scripts
 from fencekit._redis.scripts import Call
 from fencekit.errors import NoCurrentJob
 from fencekit.primitives.fence import FenceRules
@@ -40,17 +44,23 @@ class Job:
     attempt: int
     token: FenceToken
     params: dict[str, Any]
+    inflight: str  # its consumer's in-flight hash: where a write checks the delivery is current
     rules: FenceRules
     run: Callable[[Call], Awaitable[Any]]
     client: Client
 
     async def set_if_fresh(self, key: str, value: str | bytes | int | float) -> None:
-        """``SET key value`` fenced by this delivery's token (one atomic script).
+        """``SET key value`` while this delivery is the task's current one (one atomic script).
 
         It goes over the consumer's hot-path connection, and raises
-        :class:`~fencekit.errors.FencedOutError` once a newer delivery exists.
+        :class:`~fencekit.errors.FencedOutError` once the delivery was reaped,
+        returned or finished, or a newer one exists.
         """
-        await self.run(self.rules.set_call(self.token, key, value))
+        token, fence, target, value = self.rules.write(self.token, key, value)
+        call = scripts.job_set(
+            inflight=self.inflight, fence=fence, target=target, token=token.value, value=value
+        )
+        await self.run(call)
 
     async def enqueue(self, task: Task, *, delay: float | timedelta | None = None) -> str:
         """Enqueue a follow-up task on this consumer's connection; returns its jid."""

@@ -111,6 +111,7 @@ class Performer:
                 attempt=envelope.attempt,
                 token=FenceToken(token, job_resource(queue, envelope.jid)),
                 params=envelope.params,
+                inflight=self.inflight[queue],
                 rules=self.fence_rules,
                 run=self.run_call,
                 client=self.client,

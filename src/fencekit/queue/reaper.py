@@ -147,28 +147,41 @@ class Reaper:
                 next_cursor, entries = await self.client.hscan(inflight, cursor, count=SCAN_COUNT)
             cursor = int(next_cursor)
             assert isinstance(entries, dict)
-            verdicts = []
-            for tok, raw in entries.items():
-                delivery = Delivery(queue, inflight, int(tok), _bytes(raw))
-                if crashed:
-                    verdicts.append(
-                        settle.after_crash(
-                            self.keys, delivery, self.registry.policy, retention=self.retention
-                        )
-                    )
-                else:
-                    verdicts.append(settle.after_stop(self.keys, delivery, retention=self.retention))
-            for v in verdicts:
-                if v.returned:
-                    self.returned += 1
-                    self.logger.warning(
-                        "task %s returned to queue %s after its consumer died (%s)", v.jid, queue, v.reason
-                    )
-                else:
-                    self.failed += 1
-                    self.logger.error("task %s on queue %s failed permanently: %s", v.jid, queue, v.reason)
+            verdicts = [self._judge(queue, inflight, field, raw, crashed) for field, raw in entries.items()]
             if verdicts:
                 results = await apipeline(self.client, [v.call for v in verdicts])
-                moved += sum(1 for r in results if not isinstance(r, BaseException))
+                for verdict, result in zip(verdicts, results):
+                    if not isinstance(result, BaseException):
+                        moved += 1
+                        self._log(verdict, queue, consumer_id)
             if cursor == 0:
                 return moved
+
+    def _judge(
+        self, queue: str, inflight: str, field: bytes | str, raw: bytes | str, crashed: bool
+    ) -> settle.Verdict:
+        token = settle.delivery_token(field)
+        if token is None:
+            call = settle.corrupt(self.keys, queue, inflight, field, retention=self.retention)
+            return settle.Verdict(call, None, False, "its in-flight entry is not a delivery token")
+        delivery = Delivery(queue, inflight, token, _bytes(raw))
+        if crashed:
+            return settle.after_crash(self.keys, delivery, self.registry.policy, retention=self.retention)
+        return settle.after_stop(self.keys, delivery, retention=self.retention)
+
+    def _log(self, verdict: settle.Verdict, queue: str, consumer_id: str) -> None:
+        """One line per task the reap did move (a move another reaper made first is not logged)."""
+        if verdict.returned:
+            self.returned += 1
+            self.logger.warning(
+                "task %s returned to queue %s from consumer %s (%s)",
+                verdict.jid,
+                queue,
+                consumer_id,
+                verdict.reason,
+            )
+        else:
+            self.failed += 1
+            self.logger.error(
+                "task %s on queue %s failed permanently: %s", verdict.jid, queue, verdict.reason
+            )

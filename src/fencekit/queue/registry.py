@@ -129,9 +129,22 @@ def _queues(value: Any) -> tuple[str, ...] | None:
 
 
 async def known_queues(client: redis.asyncio.Redis, keys: KeySpace) -> list[str]:
-    """Every queue name ever used with this prefix, sorted; raises StoreError."""
+    """Every queue name ever used with this prefix, sorted; raises StoreError.
+
+    A member that is not a queue name (written by something else) is left
+    out: it names no keys of ours.
+    """
     with translated():
-        return sorted(as_text(q) for q in await client.smembers(keys.queues))
+        names = [as_text(q) for q in await client.smembers(keys.queues)]
+    return sorted(q for q in names if _is_queue(q))
+
+
+def _is_queue(name: str) -> bool:
+    try:
+        validate_queue(name)
+    except ConfigError:
+        return False
+    return True
 
 
 async def register_queues(client: redis.asyncio.Redis, keys: KeySpace, queues: Iterable[str]) -> None:

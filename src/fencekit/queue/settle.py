@@ -24,7 +24,18 @@ from fencekit.queue import codec
 from fencekit.queue.ids import uuid7
 from fencekit.queue.worker import RetryPolicy
 
-__all__ = ["Delivery", "Retention", "Verdict", "after_crash", "after_stop", "fail", "requeue", "retry"]
+__all__ = [
+    "Delivery",
+    "Retention",
+    "Verdict",
+    "after_crash",
+    "after_stop",
+    "corrupt",
+    "delivery_token",
+    "fail",
+    "requeue",
+    "retry",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +63,40 @@ class Delivery:
     inflight: str
     token: int
     raw: bytes = b""
+
+
+def delivery_token(field: bytes | str) -> int | None:
+    """The token of an in-flight hash field, or None for a field that is none (written by someone else)."""
+    text = field.decode(errors="replace") if isinstance(field, bytes) else field
+    return int(text) if text.isdigit() and 0 < len(text) < 20 else None
+
+
+def corrupt(
+    keys: KeySpace, queue: str, inflight: str, field: bytes | str, *, retention: Retention
+) -> scripts.Call:
+    """Take an in-flight field that is no delivery token out, as a dead letter with the reason."""
+    name = field.decode(errors="replace") if isinstance(field, bytes) else field
+    qk = keys.queue(queue)
+    record = orjson.dumps(
+        {
+            "reason": f"in-flight entry {name[:80]!r} is not a delivery token (written by something else)",
+            "jid": None,
+            "queue": queue,
+            "token": None,
+            "consumer": None,
+            "at": time.time_ns() // 1_000_000,
+        }
+    )
+    return scripts.fail(
+        inflight=inflight,
+        stats=qk.stats,
+        dead=qk.dead,
+        dead_index=qk.dead_index,
+        token=name,
+        record=record,
+        dead_id=uuid7(),
+        keep_dead=retention.keep_dead,
+    )
 
 
 def _fence(keys: KeySpace, delivery: Delivery, jid: str | None) -> str:
@@ -87,12 +132,10 @@ def fail(
         stats=qk.stats,
         dead=qk.dead,
         dead_index=qk.dead_index,
-        fence=_fence(keys, delivery, jid),
         token=delivery.token,
         record=record,
         dead_id=uuid7(),
         keep_dead=retention.keep_dead,
-        fence_ttl_ms=retention.fence_ttl_ms,
     )
 
 
@@ -162,7 +205,8 @@ def after_crash(
     following = policy_for(delivery.queue, envelope.operation).next_attempt(envelope.attempt)
     if following is None:
         call = fail(keys, delivery, jid=envelope.jid, retention=retention)
-        return Verdict(call, envelope.jid, False, f"its consumer died during attempt {envelope.attempt + 1}")
+        reason = f"its consumer stopped during attempt {envelope.attempt + 1} and no retry is left"
+        return Verdict(call, envelope.jid, False, reason)
     call = requeue(
         keys,
         delivery,

@@ -1,23 +1,22 @@
 -- Finish an in-flight delivery as failed: retries exhausted or off (counted
 -- "failed"), or bad input (also "dead", and kept as a dead letter with its
--- raw payload and the reason, for an operator). The job's fence is raised.
+-- raw payload and the reason, for an operator). No fence is raised: the
+-- delivery leaves its in-flight hash, so job_set.lua refuses its writes, and
+-- any older delivery was fenced when it was reaped or returned.
 --
 -- KEYS[1]  inflight    P:{Q}:inflight:<consumer>
 -- KEYS[2]  stats       P:{Q}:stats
 -- KEYS[3]  dead        P:{Q}:dead         HASH id -> raw, "<id>:why" -> JSON
 -- KEYS[4]  dead index  P:{Q}:dead:index   ZSET id -> ms
--- KEYS[5]  job fence   P:fence:{Q}:job:<jid>
 -- ARGV[1]  token of the delivery
 -- ARGV[2]  dead-letter record (JSON with the reason), "" for a plain failure
 -- ARGV[3]  dead-letter id
 -- ARGV[4]  how many dead letters to keep (oldest dropped beyond)
--- ARGV[5]  expiry of the job fence key in milliseconds
 --
 -- Reply: 1 when finished.
 -- Error: "FENCED ..." when the token is no longer this consumer's delivery;
 --        counted as fenced_out, nothing else changes.
 --!include _now_ms.lua
---!include _fence_past.lua
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 if not raw then
   redis.call('HINCRBY', KEYS[2], 'fenced_out', 1)
@@ -38,5 +37,4 @@ if ARGV[2] ~= '' then
     redis.call('ZREMRANGEBYRANK', KEYS[4], 0, excess - 1)
   end
 end
-fence_past(KEYS[5], ARGV[1], ARGV[5])
 return 1
