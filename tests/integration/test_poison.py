@@ -22,7 +22,7 @@ import pytest
 import redis
 from tests.queue_helpers import eventually, inflight_count, new_server, qkey, running, stats
 
-from fencekit import Client, PayloadError, Task
+from fencekit import Client, PayloadError, Task, current_job
 from fencekit.testing import RedisServer, wait_until
 
 BAD_JIDS = ["order 42", "tab\there", "new\nline", "\x00nul", "\ud800lone", "x" * 201, ""]
@@ -176,3 +176,31 @@ def test_a_pool_that_meets_every_poison_shape_still_reaps_a_killed_pool(
     assert r.hlen(qkey("poison", f"inflight:{ghost}")) == 0
     assert not r.zscore("fencekit:{registry}:beats", ghost)  # the ghost was reaped and forgotten
     r.close()
+
+
+# -- bounded memory: fenced jobs leave no key behind ------------------------------------------
+
+
+class Fenced:
+    queue = "memory"
+    operation = "write"
+
+    @classmethod
+    async def perform(cls, payload: dict) -> None:
+        await current_job().set_if_fresh("{memory}:latest", payload["i"])
+
+
+async def test_ten_thousand_fenced_jobs_leave_no_key_per_job(redis_url: str) -> None:
+    """A job's fenced write checks its delivery's in-flight record: no per-job fence key, ever."""
+    r = redis.Redis.from_url(redis_url)
+    server = new_server(redis_url, Fenced, concurrency=64)
+    async with Client(redis_url) as client, running(server):
+        for start in range(0, 10_000, 1_000):
+            await client.enqueue_many(
+                [Task("memory", "write", {"i": i}) for i in range(start, start + 1_000)]
+            )
+        await eventually(lambda: stats(r, "memory")["processed"] == 10_000, timeout=120, what="10,000 jobs")
+    keys = sorted(k.decode() for k in r.scan_iter(count=1000))
+    r.close()
+    assert not [k for k in keys if k.startswith("fencekit:fence:")], keys[:10]
+    assert len(keys) <= 8, keys  # stats, token counter, the registry, the one target: not one per job

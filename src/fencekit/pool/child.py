@@ -23,6 +23,7 @@ Ctrl-C reaches the whole process group, and the supervisor decides.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import logging
 import os
 import random
@@ -55,6 +56,8 @@ from fencekit.settings import PoolSettings, resolve
 
 __all__ = ["ChildConfig", "fork_hygiene", "main", "new_loop", "run_and_exit"]
 
+_PR_SET_PDEATHSIG = 1
+
 _INHERITED_SIGNALS = (
     signal.SIGTERM,
     signal.SIGINT,
@@ -80,6 +83,7 @@ class ChildConfig:
     board_fd: int
     board_slots: int
     settings: dict[str, Any]
+    parent: int  # the supervisor's pid: a child outlives it by a second at most
     app: str | None = None
     worker_paths: tuple[str, ...] = field(default_factory=tuple)
 
@@ -91,6 +95,7 @@ class ChildConfig:
                 "board_fd": self.board_fd,
                 "board_slots": self.board_slots,
                 "settings": self.settings,
+                "parent": self.parent,
                 "app": self.app,
                 "worker_paths": list(self.worker_paths),
             }
@@ -105,6 +110,7 @@ class ChildConfig:
             board_fd=int(data["board_fd"]),
             board_slots=int(data["board_slots"]),
             settings=resolve(PoolSettings, data["settings"], environ={}, owner="pool child"),
+            parent=int(data["parent"]),
             app=data.get("app"),
             worker_paths=tuple(data.get("worker_paths", ())),
         )
@@ -129,6 +135,20 @@ def fork_hygiene() -> None:
     signal.pthread_sigmask(signal.SIG_SETMASK, set())
 
 
+def die_with_parent() -> None:
+    """Ask Linux to send this process SIGTERM when its parent dies (``PR_SET_PDEATHSIG``).
+
+    A child whose supervisor was killed would otherwise keep consuming with
+    nobody watching it. The ticker also checks the parent (a parent that died
+    before this call, or a kernel without prctl), so this is the fast path.
+    """
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
 def new_loop() -> asyncio.AbstractEventLoop:
     """A uvloop loop when uvloop is installed, else asyncio's default."""
     try:
@@ -142,6 +162,7 @@ def run_and_exit(config: ChildConfig, app: App, board: Board, logger: logging.Lo
     """Run the child to its end and leave the process with ``os._exit``."""
     code = ExitCode.ERROR
     try:
+        die_with_parent()
         registry = WorkerRegistry()
         registry.add(app.workers)
         loop = new_loop()
@@ -192,6 +213,13 @@ async def _serve(
             board.tick(
                 config.slot, time.monotonic(), state, pid, consumer.stats.processed, consumer.stats.durations
             )
+            if os.getppid() != config.parent and not stop.is_set():
+                logger.warning(
+                    "child %d: its supervisor (pid %d) is gone: stopping, its tasks go back to their queues",
+                    config.slot,
+                    config.parent,
+                )
+                stop.set()
             await asyncio.sleep(TICK)
 
     ticking = asyncio.create_task(ticker())

@@ -256,6 +256,7 @@ class Supervisor:
             board_fd=self.board.fd,
             board_slots=self.settings["procs"],
             settings=dict(self.settings),
+            parent=os.getpid(),
             app=self.app_spec,
             worker_paths=self.worker_paths,
         )
