@@ -176,6 +176,15 @@ class ServerOptions(ClientOptions, total=False):
                parse=_port_text, metavar="PORT"),
     ]  # fmt: skip
     web_host: Annotated[str, Option("127.0.0.1", "address the web server binds", metavar="HOST")]
+    web_hosts: Annotated[
+        str | None,
+        Option(
+            None,
+            "Host names /admin and /metrics answer to, comma-separated, * for any "
+            "(default: localhost, 127.0.0.1, ::1 and web_host)",
+            metavar="NAMES",
+        ),
+    ]
     admin_username: Annotated[
         str | None, Option(None, "user name of HTTP Basic Auth on /admin and /metrics", check=_not_empty)
     ]

@@ -110,6 +110,7 @@ class Services:
         if self.settings["web_port"] is None:
             return
         from fencekit.web.app import create_app
+        from fencekit.web.security import allowed_hosts
         from fencekit.web.serve import WebServer
         from fencekit.web.source import AdminSource
 
@@ -127,6 +128,7 @@ class Services:
             source,
             admin_username=self.settings["admin_username"],
             admin_password=self.settings["admin_password"],
+            hosts=allowed_hosts(self.settings["web_hosts"], self.settings["web_host"]),
         )
         host, port = self.settings["web_host"], self.settings["web_port"]
         web = WebServer(app, host, port, logger=self.logger)

@@ -21,7 +21,14 @@ from fencekit._redis.keys import validate_queue
 from fencekit.errors import ConfigError, StoreError
 from fencekit.web.metrics import Metrics
 from fencekit.web.pages import render_confirm, render_dashboard, render_error
-from fencekit.web.security import SECURITY_HEADERS, Credentials, process_csrf_token, read_form, same_origin
+from fencekit.web.security import (
+    SECURITY_HEADERS,
+    Credentials,
+    host_allowed,
+    process_csrf_token,
+    read_form,
+    same_origin,
+)
 from fencekit.web.source import AdminSource
 
 __all__ = ["DEFAULT_REFRESH", "create_app"]
@@ -40,6 +47,7 @@ def create_app(
     refresh: int = DEFAULT_REFRESH,
     protect_metrics: bool = True,
     csrf_token: str | None = None,
+    hosts: frozenset[str] | None = None,
 ) -> Starlette:
     """The ASGI app serving probes, /admin and /metrics from ``source``.
 
@@ -47,8 +55,11 @@ def create_app(
     are given. ``refresh`` is the dashboard's reload interval in seconds.
     ``csrf_token`` defaults to one random token per process, so several
     mounts of the app (or a restart of the web server) keep accepting forms
-    rendered earlier by the same process. ``app.state.registry`` is the
-    Prometheus registry of /metrics, for the host to add its own collectors.
+    rendered earlier by the same process. ``hosts``: the only ``Host`` names
+    /admin and /metrics answer to (421 for others; None, the default for a
+    mounted app, leaves that to the host application -- Starlette's
+    ``TrustedHostMiddleware``). ``app.state.registry`` is the Prometheus
+    registry of /metrics, for the host to add its own collectors.
     """
     if type(refresh) is not int or refresh < 1:
         raise ConfigError(f"refresh must be an int >= 1 (seconds), got {refresh!r}")
@@ -57,7 +68,7 @@ def create_app(
         if not admin_username or not admin_password:
             raise ConfigError("admin_username and admin_password must not be empty strings")
         credentials = Credentials(admin_username.encode(), admin_password.encode())
-    admin = _Admin(source, credentials, csrf_token or process_csrf_token(), refresh)
+    admin = _Admin(source, credentials, csrf_token or process_csrf_token(), refresh, hosts)
     guarded, checked_post = admin.guarded, admin.checked_post
     routes = [
         Route("/live", admin.live, methods=["GET"]),
@@ -79,29 +90,45 @@ class _Admin:
     """The route handlers of one app, sharing its source, credentials, token and refresh."""
 
     def __init__(
-        self, source: AdminSource, credentials: Credentials | None, token: str, refresh: int
+        self,
+        source: AdminSource,
+        credentials: Credentials | None,
+        token: str,
+        refresh: int,
+        hosts: frozenset[str] | None,
     ) -> None:
         self.source = source
         self.credentials = credentials
+        self.hosts = hosts
         self.token = token
         self.refresh = refresh
         self.prometheus = Metrics(source)
 
     # checks ------------------------------------------------------------------
     def guarded(self, handler: Handler) -> Handler:
-        """``handler`` behind Basic Auth, when credentials are configured."""
-        credentials = self.credentials
-        if credentials is None:
-            return handler
+        """``handler`` for allowed ``Host`` names only, behind Basic Auth when credentials are set."""
+        credentials, hosts, logger = self.credentials, self.hosts, self.source.logger
 
         async def endpoint(request: Request) -> Response:
-            if not credentials.match(request.headers.get("authorization")):
+            if not host_allowed(request, hosts):
                 return Response(
-                    "authentication required\n",
-                    status_code=401,
+                    "misdirected request: this server does not answer for that host name "
+                    "(set web_hosts / FENCEKIT_WEB_HOSTS to add it)\n",
+                    status_code=421,
                     media_type="text/plain",
-                    headers={"WWW-Authenticate": 'Basic realm="fencekit", charset="UTF-8"'},
                 )
+            if credentials is not None:
+                header = request.headers.get("authorization")
+                if not credentials.match(header):
+                    if header:
+                        client = request.client.host if request.client else "?"
+                        logger.warning("admin: failed login from %s on %s", client, request.url.path)
+                    return Response(
+                        "authentication required\n",
+                        status_code=401,
+                        media_type="text/plain",
+                        headers={"WWW-Authenticate": 'Basic realm="fencekit", charset="UTF-8"'},
+                    )
             return await handler(request)
 
         return endpoint

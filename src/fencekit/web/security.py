@@ -4,6 +4,12 @@ Basic Auth alone does not protect the POST actions: the browser resends the
 credentials on every request, cross-site ones included. So a POST must also
 name this same host in ``Origin`` (or ``Referer``) and carry the CSRF token
 of this process, which a foreign page cannot read.
+
+Same-origin means nothing if any host name reaches the pages: a site that
+rebinds its DNS name to 127.0.0.1 is "same-origin" with itself. So the admin
+pages and ``/metrics`` answer only requests whose ``Host`` is one of the
+configured names (:func:`host_allowed`; loopback by default), and refuse
+others with 421.
 """
 
 from __future__ import annotations
@@ -17,15 +23,45 @@ from urllib.parse import parse_qs, urlsplit
 from starlette.requests import Request
 
 __all__ = [
+    "LOOPBACK_NAMES",
     "MAX_FORM_BYTES",
     "SECURITY_HEADERS",
     "Credentials",
+    "allowed_hosts",
+    "host_allowed",
     "process_csrf_token",
     "read_form",
     "same_origin",
 ]
 
 MAX_FORM_BYTES = 8192
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+_WILDCARD_BINDS = ("0.0.0.0", "::", "")
+
+
+def allowed_hosts(setting: str | None, bind: str) -> frozenset[str] | None:
+    """The host names the pages answer to: the setting's comma-separated names (``*``: any, None
+    returned), else the loopback names plus the address the server binds when it is a specific one."""
+    if setting is not None:
+        given = [n.strip().lower() for n in setting.split(",") if n.strip()]
+        return None if "*" in given else frozenset(n.strip("[]") for n in given)
+    names = set(LOOPBACK_NAMES)
+    if bind not in _WILDCARD_BINDS:
+        names.add(bind.strip("[]").lower())
+    return frozenset(names)
+
+
+def host_allowed(request: Request, hosts: frozenset[str] | None) -> bool:
+    """True when the request's ``Host`` (its port aside) is one of ``hosts`` (None: any)."""
+    if hosts is None:
+        return True
+    host = request.headers.get("host", "").strip().lower()
+    if host.startswith("["):
+        name = host[1 : host.find("]")] if "]" in host else host
+    else:
+        name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+    return name in hosts
+
 
 #: Sent with every HTML page. The policy allows no script at all (the pages
 #: need none), so an escaping slip could still not run script, and only
