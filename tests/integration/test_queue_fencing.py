@@ -408,6 +408,14 @@ def test_i5_every_queue_script_runs_on_redis_cluster(tmp_path: Any, server_binar
                         acks=[],
                     ),
                 )
+                live = scripts.job_set(
+                    inflight=qk.inflight("c1"),
+                    fence=KEYS.fence(job_resource(queue, "j")),
+                    target=f"{{{queue}}}:live",
+                    token=int(reply[1]),
+                    value="v",
+                )
+                assert run(client, live) == 1
                 assert (
                     run(
                         client,
@@ -438,17 +446,19 @@ def test_i5_every_queue_script_runs_on_redis_cluster(tmp_path: Any, server_binar
                     == 1
                 )
                 assert run(client, scripts.purge(pending=qk.pending, stats=qk.stats)) == 1
-                with pytest.raises(FencedOutError):
+                failed_token = int(reply[1])
+                with pytest.raises(FencedOutError):  # the failed delivery left its in-flight hash
                     run(
                         client,
-                        scripts.fence_set(
+                        scripts.job_set(
+                            inflight=qk.inflight("c1"),
                             fence=KEYS.fence(job_resource(queue, "j")),
                             target=f"{{{queue}}}:out",
-                            token=1,
+                            token=failed_token,
                             value="v",
-                            fence_ttl_ms=1000,
                         ),
                     )
+                assert client.get(f"{{{queue}}}:out") is None
                 s = {k.decode(): int(v) for k, v in client.hgetall(qk.stats).items()}
                 assert s["processed"] == 1
                 assert s["failed"] == 1
