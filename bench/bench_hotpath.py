@@ -57,7 +57,7 @@ class Loop:
                     acks=self.acks,
                 )
             )
-            _, first, *envelopes = reply
+            _, first, _, *envelopes = reply
             first = int(first)
             for raw in envelopes:
                 codec.decode(raw)  # what the consumer does with each claimed task

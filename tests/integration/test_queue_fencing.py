@@ -64,6 +64,13 @@ async def ar(redis_url: str) -> Any:
 
 
 async def claim(ar: Any, queue: str, consumer: str, want: int = 1, acks: tuple[int, ...] = ()) -> Any:
+    """``[fenced, first, envelopes...]`` of one ack_claim, whose ``lost`` flag must be 0."""
+    fenced, first, lost, *envelopes = await claim_reply(ar, queue, consumer, want, acks)
+    assert lost == 0
+    return [fenced, first, *envelopes]
+
+
+async def claim_reply(ar: Any, queue: str, consumer: str, want: int, acks: tuple[int, ...]) -> Any:
     qk = KEYS.queue(queue)
     return await arun(
         ar,
@@ -83,6 +90,26 @@ def redis_time_us(r: Any) -> int:
     """The Redis server's clock in microseconds (what tokens are made of)."""
     seconds, micros = r.time()
     return int(seconds) * 1_000_000 + int(micros)
+
+
+async def test_an_ack_after_redis_lost_its_data_says_so_and_counts_nothing(
+    redis_url: str, r: Any, ar: Any
+) -> None:
+    async with Client(redis_url=redis_url) as client:
+        await client.enqueue(Task("gone", "op", {}))
+    _, token, _ = await claim(ar, "gone", "c1")
+    r.flushall()  # what a restart without persistence leaves
+    fenced, first, lost = await claim_reply(ar, "gone", "c1", 0, (token,))
+    assert (fenced, first, lost) == ([str(token).encode()], 0, 1)
+    assert not r.exists(qkey("gone", "stats"))  # neither processed nor fenced out: nothing was fenced
+    # A refusal while the counter exists is a real fence, counted as such.
+    async with Client(redis_url=redis_url) as client:
+        await client.enqueue(Task("gone", "op", {}))
+    _, token, _ = await claim(ar, "gone", "c1")
+    r.delete(KEYS.queue("gone").inflight("c1"))  # what a reap does to the delivery
+    fenced, _, lost = await claim_reply(ar, "gone", "c1", 0, (token,))
+    assert (len(fenced), lost) == (1, 0)
+    assert stats(r, "gone")["fenced_out"] == 1
 
 
 # -- I3: a stale delivery changes nothing -----------------------------------------------------
@@ -358,7 +385,7 @@ def test_i5_every_queue_script_runs_on_redis_cluster(tmp_path: Any, server_binar
                     ),
                 )
                 first = int(reply[1])
-                raws = reply[2:]
+                raws = reply[3:]
                 assert len(raws) == 3
                 tokens = {orjson.loads(raw)["jid"]: (first + i, raw) for i, raw in enumerate(raws)}
                 t_ack, _ = tokens.pop(jid)
@@ -465,13 +492,16 @@ def test_i5_every_queue_script_runs_on_redis_cluster(tmp_path: Any, server_binar
                 assert s["dead"] == 1
                 assert s["purged"] == 1
             assert len(slots) > 1  # the queues really live on different slots
-            assert (
-                run(
-                    client,
-                    scripts.heartbeat(consumers=KEYS.consumers, beats=KEYS.beats, entries=[("c1", b"{}")]),
-                )
-                > 0
+            beat = scripts.heartbeat(
+                consumers=KEYS.consumers,
+                beats=KEYS.beats,
+                store=KEYS.store,
+                new_store_id="s",
+                entries=[("c1", b"{}")],
             )
+            now_ms, store_id = run(client, beat)
+            assert now_ms > 0
+            assert store_id == b"s"
             assert run(client, scripts.expired(beats=KEYS.beats, ttl_ms=60_000, limit=10)) == []
             assert (
                 run(
@@ -578,6 +608,8 @@ async def test_the_reaper_keeps_a_consumer_whose_beat_came_back_and_forgets_a_si
             scripts.heartbeat(
                 consumers=KEYS.consumers,
                 beats=KEYS.beats,
+                store=KEYS.store,
+                new_store_id="s",
                 entries=[(cid, orjson.dumps({"queues": ["reap"]}))],
             ),
         )

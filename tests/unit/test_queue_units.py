@@ -511,7 +511,13 @@ def every_call(keys: KeySpace, queue: str) -> dict[str, scripts.Call]:
             dead_id="d",
             envelope=b"",
         ),
-        "heartbeat": scripts.heartbeat(consumers=keys.consumers, beats=keys.beats, entries=[("c", b"{}")]),
+        "heartbeat": scripts.heartbeat(
+            consumers=keys.consumers,
+            beats=keys.beats,
+            store=keys.store,
+            new_store_id="s",
+            entries=[("c", b"{}")],
+        ),
         "expired": scripts.expired(beats=keys.beats, ttl_ms=1000, limit=10),
         "forget": scripts.forget(consumers=keys.consumers, beats=keys.beats, consumer_id="c", ttl_ms=0),
         "fence_set": scripts.fence_set(

@@ -29,6 +29,8 @@ Cluster too (invariant I5 of ``docs/design.md``). The schema, with ``P`` the pre
     P:{registry}:consumers     HASH   consumer id -> JSON {host, pid, queues, started}
     P:{registry}:beats         ZSET   consumer id scored by last heartbeat (ms)
     P:{registry}:queues        SET    every queue name ever used
+    P:{registry}:store         STRING random id written by the first heartbeat; its loss
+                                      means Redis lost its data
 
 A resource or key name that already contains a hash tag (``"{batch-42}:x"``)
 keeps it, so a caller can co-locate, say, an idempotency key and its lock.
@@ -191,3 +193,7 @@ class KeySpace:
     @property
     def queues(self) -> str:
         return f"{self.prefix}:{{registry}}:queues"
+
+    @property
+    def store(self) -> str:
+        return f"{self.prefix}:{{registry}}:store"

@@ -165,7 +165,10 @@ def ack_claim(
     want: int,
     acks: Sequence[Arg],
 ) -> Call:
-    """Acknowledge ``acks`` and claim up to ``want``; reply ``{fenced, first, envs…}`` (``ack_claim.lua``)."""
+    """Acknowledge ``acks``, claim up to ``want``; reply ``{fenced, first, lost, envs…}``.
+
+    See ``ack_claim.lua``.
+    """
     return call("ack_claim", (pending, inflight, token_counter, stats, wake), (want, *acks))
 
 
@@ -230,12 +233,14 @@ def dead_revive(
 # -- registry ------------------------------------------------------------------------
 
 
-def heartbeat(*, consumers: str, beats: str, entries: Sequence[tuple[str, bytes]]) -> Call:
-    """Register consumers and stamp their beats; reply server ms (``heartbeat.lua``)."""
-    flat: list[Arg] = []
+def heartbeat(
+    *, consumers: str, beats: str, store: str, new_store_id: str, entries: Sequence[tuple[str, bytes]]
+) -> Call:
+    """Register consumers, stamp their beats, read the store id; reply [server ms, id] (``heartbeat.lua``)."""
+    flat: list[Arg] = [new_store_id]
     for consumer_id, info in entries:
         flat += (consumer_id, info)
-    return call("heartbeat", (consumers, beats), flat)
+    return call("heartbeat", (consumers, beats, store), flat)
 
 
 def expired(*, beats: str, ttl_ms: int, limit: int) -> Call:

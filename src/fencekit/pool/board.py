@@ -1,10 +1,11 @@
 """A shared-memory board between the supervisor and its children.
 
 One ``memfd`` mapping, inherited by forked children and passed by fd to
-exec'd ones. The supervisor writes one header field, the time of its last
-successful heartbeat; each child owns a slot where its *event loop* writes a
-timestamp every :data:`TICK` seconds plus its state. A side thread could
-answer for a process whose loop is stuck, so the loop itself writes (gunicorn's
+exec'd ones. The supervisor writes two header fields, the time of its last
+successful heartbeat and how many times it saw Redis lose its data; each
+child owns a slot where its *event loop* writes a timestamp every
+:data:`TICK` seconds plus its state and progress. A side thread could answer
+for a process whose loop is stuck, so the loop itself writes (gunicorn's
 heartbeat file, without the file system).
 
 Times are ``time.monotonic()``, which is one clock for every process of the
@@ -23,9 +24,11 @@ TICK = 0.5
 
 STARTING, READY, STOPPING = 0, 1, 2
 
-_HEADER = struct.Struct("d")  # supervisor: last heartbeat that reached Redis
-# tick, state, pid, tasks processed, duration sum, duration counts per bucket (+Inf last)
-_SLOT = struct.Struct(f"dqqqd{len(DEFAULT_BUCKETS) + 1}q")
+_HEADER = struct.Struct("dq")  # supervisor: last heartbeat that reached Redis, data losses seen
+_BEAT = struct.Struct("d")
+# tick, state, pid, tasks processed, tasks running, duration sum, counts per bucket (+Inf last)
+_SLOT = struct.Struct(f"dqqqqd{len(DEFAULT_BUCKETS) + 1}q")
+_RESETS = struct.Struct("q")
 
 
 _ZEROS = (0,) * (len(DEFAULT_BUCKETS) + 1)
@@ -45,29 +48,55 @@ class Board:
 
     # supervisor side -------------------------------------------------------
     def set_beat_ok(self, when: float) -> None:
-        _HEADER.pack_into(self._map, 0, when)
+        _BEAT.pack_into(self._map, 0, when)
+
+    def set_resets(self, resets: int) -> None:
+        _RESETS.pack_into(self._map, _BEAT.size, resets)
 
     def reset_slot(self, slot: int, now: float) -> None:
-        _SLOT.pack_into(self._map, self._offset(slot), now, STARTING, 0, 0, 0.0, *_ZEROS)
+        _SLOT.pack_into(self._map, self._offset(slot), now, STARTING, 0, 0, 0, 0.0, *_ZEROS)
 
     def read_slot(self, slot: int) -> tuple[float, int, int, int]:
         tick, state, pid, settled = _SLOT.unpack_from(self._map, self._offset(slot))[:4]
         return tick, state, pid, settled
 
+    def read_running(self, slot: int) -> int:
+        """How many tasks child ``slot`` ran at its last tick."""
+        return int(_SLOT.unpack_from(self._map, self._offset(slot))[4])
+
     def read_durations(self, slot: int) -> DurationHistogram:
         """The job-duration histogram child ``slot`` last published."""
         fields = _SLOT.unpack_from(self._map, self._offset(slot))
-        return DurationHistogram.from_counts(fields[5:], fields[4])
+        return DurationHistogram.from_counts(fields[6:], fields[5])
 
     # child side ------------------------------------------------------------
     def beat_ok(self) -> float:
-        return float(_HEADER.unpack_from(self._map, 0)[0])
+        return float(_BEAT.unpack_from(self._map, 0)[0])
+
+    def resets(self) -> int:
+        """How many times the supervisor saw Redis lose its data."""
+        return int(_RESETS.unpack_from(self._map, _BEAT.size)[0])
 
     def tick(
-        self, slot: int, now: float, state: int, pid: int, settled: int, durations: DurationHistogram
+        self,
+        slot: int,
+        now: float,
+        state: int,
+        pid: int,
+        settled: int,
+        durations: DurationHistogram,
+        running: int = 0,
     ) -> None:
         _SLOT.pack_into(
-            self._map, self._offset(slot), now, state, pid, settled, durations.sum, *durations.counts
+            self._map,
+            self._offset(slot),
+            now,
+            state,
+            pid,
+            settled,
+            running,
+            durations.sum,
+            *durations.counts,
         )
 
     def _offset(self, slot: int) -> int:

@@ -204,6 +204,7 @@ async def _serve(
         redis_client=redis,
         logger=logger,
         lease_ok=lambda: lease_ok(board.beat_ok(), ttl),
+        resets=board.resets,
     )
     client = Client.sharing(settings, redis)
     state = STARTING
@@ -211,7 +212,13 @@ async def _serve(
     async def ticker() -> None:
         while True:
             board.tick(
-                config.slot, time.monotonic(), state, pid, consumer.stats.processed, consumer.stats.durations
+                config.slot,
+                time.monotonic(),
+                state,
+                pid,
+                consumer.stats.processed,
+                consumer.stats.durations,
+                consumer.running,
             )
             if os.getppid() != config.parent and not stop.is_set():
                 logger.warning(

@@ -384,6 +384,15 @@ class Supervisor:
         if self.board is not None:
             self.board.set_beat_ok(when)
 
+    def running(self) -> int:
+        if self.board is None:
+            return 0
+        return sum(self.board.read_running(c.slot) for c in self.children if c.alive)
+
+    def on_reset(self, resets: int) -> None:
+        if self.board is not None:
+            self.board.set_resets(resets)
+
     def durations(self) -> DurationHistogram:
         """Job durations of every child, past and present, summed bucket by bucket."""
         total = self._retired

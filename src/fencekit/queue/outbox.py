@@ -105,6 +105,10 @@ class Outbox:
         """The jid of an outcome, if it is still waiting or in a turn (for a log line)."""
         return self._jids.get((queue, token))
 
+    def outcomes(self) -> set[tuple[str, int]]:
+        """Every (queue, token) whose outcome waits or is in a turn."""
+        return set(self._jids)
+
     def done(self, queue: str, token: int) -> str | None:
         """Forget the outcome of ``token`` (its reply came back); returns its jid."""
         return self._jids.pop((queue, token), None)

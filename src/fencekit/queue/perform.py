@@ -50,6 +50,8 @@ class ConsumerStats:
     retried: int = 0
     fenced_out: int = 0
     returned: int = 0
+    lost: int = 0
+    """Settlements refused because Redis lost its data after the task was claimed."""
     durations: DurationHistogram = field(default_factory=DurationHistogram)
 
 

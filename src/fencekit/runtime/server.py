@@ -145,6 +145,7 @@ class Server:
                 redis_client=services.redis,
                 logger=self.logger,
                 lease_ok=services.heartbeat.healthy,
+                resets=lambda: services.heartbeat.resets,
             )
             await services.beat_once()
             services.start_loops()
@@ -213,6 +214,12 @@ class Server:
 
     def on_beat(self, when: float) -> None:
         return None
+
+    def running(self) -> int:
+        return self.consumer.running if self.consumer is not None else 0
+
+    def on_reset(self, resets: int) -> None:
+        return None  # the consumer reads services.heartbeat.resets
 
     def durations(self) -> DurationHistogram:
         return self.consumer.stats.durations if self.consumer is not None else DurationHistogram()

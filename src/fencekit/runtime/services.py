@@ -42,6 +42,7 @@ from fencekit.queue.worker import WorkerRegistry
 if TYPE_CHECKING:
     from fencekit.web.serve import WebServer
     from fencekit.web.source import ChildView
+    from fencekit.web.views import LoopView
 
 __all__ = ["STOP_STEP", "Placement", "Services"]
 
@@ -59,6 +60,12 @@ class Placement(Protocol):
 
     def on_beat(self, when: float) -> None:
         """A beat reached Redis at ``when`` (monotonic); the supervisor tells its children."""
+
+    def running(self) -> int:
+        """Tasks running in this process or its children now."""
+
+    def on_reset(self, resets: int) -> None:
+        """Redis lost its data (the ``resets``-th time); the supervisor tells its children."""
 
     def durations(self) -> DurationHistogram:
         """Job durations this process can see, for /admin and /metrics."""
@@ -90,7 +97,17 @@ class Services:
         self.logger = logger
         ttl = settings["heartbeat_ttl"]
         self.redis = redis if redis is not None else async_client(target)
-        self.heartbeat = Heartbeat(self.redis, keys, ttl, logger, placement.beat_entries, placement.on_beat)
+        self.heartbeat = Heartbeat(
+            self.redis,
+            keys,
+            ttl,
+            logger,
+            placement.beat_entries,
+            placement.on_beat,
+            queues=self.queues,
+            running=placement.running,
+            on_reset=placement.on_reset,
+        )
         self.reaper = Reaper(
             self.redis, keys, registry, ttl, logger, Retention.of(settings), alive=placement.alive_consumers
         )
@@ -120,6 +137,7 @@ class Services:
             self.queues,
             children=self.placement.children_view,
             durations=self.placement.durations,
+            loops=self.loop_health,
             target=self.target,
             heartbeat_ttl=self.settings["heartbeat_ttl"],
             logger=self.logger,
@@ -153,6 +171,15 @@ class Services:
     def loops_alive(self) -> bool:
         """True while every started loop runs (a loop that ended is a bug: the watchdog must notice)."""
         return bool(self._tasks) and not any(task.done() for task in self._tasks)
+
+    def loop_health(self) -> tuple[LoopView, ...]:
+        """Each started loop's rounds, survived errors and liveness (for /metrics)."""
+        from fencekit.web.views import LoopView
+
+        return tuple(
+            LoopView(loop.name, loop.runs, loop.errors, not task.done())
+            for loop, task in zip(self.loops, self._tasks)
+        )
 
     async def close(self) -> None:
         """Stop the loops and the web server and close Redis, each step within :data:`STOP_STEP`."""

@@ -107,7 +107,7 @@ class _Admin:
     # checks ------------------------------------------------------------------
     def guarded(self, handler: Handler) -> Handler:
         """``handler`` for allowed ``Host`` names only, behind Basic Auth when credentials are set."""
-        credentials, hosts, logger = self.credentials, self.hosts, self.source.logger
+        credentials, hosts, source = self.credentials, self.hosts, self.source
 
         async def endpoint(request: Request) -> Response:
             if not host_allowed(request, hosts):
@@ -122,7 +122,7 @@ class _Admin:
                 if not credentials.match(header):
                     if header:
                         client = request.client.host if request.client else "?"
-                        logger.warning("admin: failed login from %s on %s", client, request.url.path)
+                        source.logger.warning("admin: failed login from %s on %s", client, request.url.path)
                     return Response(
                         "authentication required\n",
                         status_code=401,

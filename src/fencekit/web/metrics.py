@@ -1,7 +1,8 @@
 """``/metrics``: the admin source's reading in Prometheus text format.
 
 Counters and gauges per queue, the consumers with a fresh heartbeat, the
-job-duration histogram of this process and, under a pool, its children.
+job-duration histogram of this process, its periodic loops (unexpected
+errors survived, alive) and, under a pool, its children.
 ``fencekit_redis_up`` is 0 when Redis did not answer the scrape; the
 histogram and the children, which do not live in Redis, are still reported.
 """
@@ -21,7 +22,7 @@ from prometheus_client.core import (
 )
 
 from fencekit.errors import StoreError
-from fencekit.web.source import AdminSource, ChildView, DurationHistogram, Snapshot
+from fencekit.web.source import AdminSource, ChildView, DurationHistogram, LoopView, Snapshot
 
 __all__ = ["Collector", "Metrics", "Reading", "read"]
 
@@ -33,6 +34,7 @@ class Reading:
     snapshot: Snapshot | None
     children: tuple[ChildView, ...] | None
     durations: DurationHistogram
+    loops: tuple[LoopView, ...] = ()
 
 
 async def read(source: AdminSource) -> Reading:
@@ -41,8 +43,8 @@ async def read(source: AdminSource) -> Reading:
         snap = await source.snapshot()
     except StoreError as exc:
         source.logger.warning("metrics: Redis unavailable: %s", exc)
-        return Reading(None, source.pool_children(), source.durations)
-    return Reading(snap, snap.children, snap.durations)
+        return Reading(None, source.pool_children(), source.durations, source.loop_health())
+    return Reading(snap, snap.children, snap.durations, source.loop_health())
 
 
 _COUNTERS = (
@@ -104,6 +106,8 @@ class Collector:
         if snap is not None:
             yield from _queue_metrics(snap)
         yield _histogram(reading.durations)
+        if reading.loops:
+            yield from _loop_metrics(reading.loops)
         if reading.children is not None:
             yield from _child_metrics(reading.children)
 
@@ -132,6 +136,20 @@ def _histogram(durations: DurationHistogram) -> Metric:
         buckets=buckets,
         sum_value=durations.sum,
     )
+
+
+def _loop_metrics(loops: tuple[LoopView, ...]) -> Iterator[Metric]:
+    errors = CounterMetricFamily(
+        "fencekit_loop_errors",
+        "Unexpected errors a periodic loop logged with their traceback and survived.",
+        labels=["loop"],
+    )
+    alive = GaugeMetricFamily("fencekit_loop_alive", "1 while a periodic loop runs, else 0.", labels=["loop"])
+    for loop in loops:
+        errors.add_metric([loop.name], float(loop.errors))
+        alive.add_metric([loop.name], 1.0 if loop.alive else 0.0)
+    yield errors
+    yield alive
 
 
 def _child_metrics(children: tuple[ChildView, ...]) -> Iterator[Metric]:

@@ -16,7 +16,8 @@ Consumers are read as :class:`~fencekit.queue.registry.ConsumerRecord` values,
 the record their heartbeats write (one parser for the reaper and the pages).
 Two things live outside Redis and are handed in by whoever hosts the web
 app: pool children (a callable the supervisor provides, returning
-:class:`ChildView` records, or None when there is no pool) and job durations: a
+:class:`ChildView` records, or None when there is no pool), the host's
+periodic loops (a callable returning :class:`LoopView` records) and job durations: a
 :class:`DurationHistogram` the host feeds with :meth:`DurationHistogram.observe`,
 or a callable called at every read that returns the current histogram (the
 server's consumer's own, or one the pool sums from its children's bucket
@@ -45,13 +46,14 @@ from fencekit.errors import StoreError
 from fencekit.queue.handle import DeadLetter, Queue, QueueStats
 from fencekit.queue.histogram import DurationHistogram
 from fencekit.queue.registry import ConsumerRecord, known_queues
-from fencekit.web.views import ChildView, ConsumerView, QueueView, Snapshot, consumer_view
+from fencekit.web.views import ChildView, ConsumerView, LoopView, QueueView, Snapshot, consumer_view
 
 __all__ = [
     "AdminSource",
     "ChildView",
     "ConsumerView",
     "DurationHistogram",
+    "LoopView",
     "QueueView",
     "Snapshot",
 ]
@@ -61,6 +63,7 @@ DEFAULT_SNAPSHOT_TIMEOUT = 5.0
 DEFAULT_DEAD_LETTERS = 20
 
 ChildrenSource = Callable[[], "tuple[ChildView, ...] | None"]
+LoopsSource = Callable[[], "tuple[LoopView, ...]"]
 
 
 class AdminSource:
@@ -80,6 +83,7 @@ class AdminSource:
         *,
         children: ChildrenSource | None = None,
         durations: DurationHistogram | Callable[[], DurationHistogram] | None = None,
+        loops: LoopsSource | None = None,
         target: RedisTarget | None = None,
         heartbeat_ttl: float = 30.0,
         dead_letter_limit: int = DEFAULT_DEAD_LETTERS,
@@ -93,6 +97,7 @@ class AdminSource:
             tuple(validate_queue(q) for q in queues) if queues is not None else None
         )
         self.children = children
+        self.loops = loops
         if isinstance(durations, DurationHistogram):
             self.durations = durations
             self._fresh_durations: Callable[[], DurationHistogram] | None = None
@@ -159,6 +164,10 @@ class AdminSource:
         """Replace :attr:`durations` with what the ``durations`` callable returns, if one was given."""
         if self._fresh_durations is not None:
             self.durations = self._fresh_durations()
+
+    def loop_health(self) -> tuple[LoopView, ...]:
+        """The host's periodic loops: name, rounds run, unexpected errors, alive (empty if none)."""
+        return self.loops() if self.loops is not None else ()
 
     def pool_children(self) -> tuple[ChildView, ...] | None:
         """The supervisor's children, or None when there is no pool."""

@@ -62,6 +62,17 @@ class ChildView:
 
 
 @dataclass(frozen=True, slots=True)
+class LoopView:
+    """One periodic loop of the host (heartbeat, reaper, scheduler, hang watch ...)."""
+
+    name: str
+    runs: int
+    errors: int
+    """Unexpected exceptions the loop logged and survived (bugs or bad data, not Redis failures)."""
+    alive: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     """Everything the pages show, read at ``taken_at`` (Unix seconds)."""
 

@@ -11,10 +11,13 @@
 -- ARGV[1]  how many tasks to claim (0: only acknowledge)
 -- ARGV[2..] tokens of finished deliveries to acknowledge
 --
--- Reply: { fenced, first, env_1, ..., env_n }
+-- Reply: { fenced, first, lost, env_1, ..., env_n }
 --   fenced  array of the acknowledged tokens that were refused (reaped or
 --           returned meanwhile: counted as fenced_out, not processed)
 --   first   token of env_1 (env_i holds first + i - 1), 0 when none claimed
+--   lost    1 when tokens were refused and the queue's token counter is gone
+--           too: Redis lost its data since they were claimed (nothing was
+--           fenced, nothing is counted), else 0
 --!include _next_token.lua
 --!include _wake.lua
 local fenced = {}
@@ -29,10 +32,15 @@ end
 if acked > 0 then
   redis.call('HINCRBY', KEYS[4], 'processed', acked)
 end
+local lost = 0
 if #fenced > 0 then
-  redis.call('HINCRBY', KEYS[4], 'fenced_out', #fenced)
+  if redis.call('EXISTS', KEYS[3]) == 0 then
+    lost = 1
+  else
+    redis.call('HINCRBY', KEYS[4], 'fenced_out', #fenced)
+  end
 end
-local reply = { fenced, 0 }
+local reply = { fenced, 0, lost }
 local want = tonumber(ARGV[1])
 if want > 0 then
   local items = redis.call('RPOP', KEYS[1], want)
@@ -42,7 +50,7 @@ if want > 0 then
     for i, envelope in ipairs(items) do
       fields[2 * i - 1] = string.format('%d', first + i - 1)
       fields[2 * i] = envelope
-      reply[i + 2] = envelope
+      reply[i + 3] = envelope
     end
     redis.call('HSET', KEYS[2], unpack(fields))
     reply[2] = first
