@@ -615,11 +615,16 @@ async def test_the_reaper_keeps_a_consumer_whose_beat_came_back_and_forgets_a_si
         )
     now_ms = int(r.time()[0]) * 1000
     r.zadd(BEATS, {"dead": now_ms - 60_000})
-    reaper = Reaper(
-        ar, KEYS, WorkerRegistry(), ttl=5.0, logger=capture_logger("test.reaper"), retention=RETENTION
-    )
+    log = capture_logger("test.reaper")
+    reaper = Reaper(ar, KEYS, WorkerRegistry(), ttl=5.0, logger=log, retention=RETENTION)
     moved = await reaper.reap_once()
     assert moved == 1
+    lines = log.list_handler.messages()  # type: ignore[attr-defined]
+    assert [m for m in lines if m.startswith("reaped consumer")] == [
+        "reaped consumer dead (no heartbeat for 5s: it died, or is paused or cut off from Redis): "
+        "1 task(s) returned or failed"
+    ]
+    assert sum(" returned to queue reap from consumer dead " in m for m in lines) == 1
     assert r.hexists(CONSUMERS, "alive")
     assert not r.hexists(CONSUMERS, "dead")
     assert r.zscore(BEATS, "dead") is None

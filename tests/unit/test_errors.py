@@ -303,3 +303,17 @@ def test_the_testing_helpers_exceptions_outside_the_tree_are_runtime_errors() ->
     assert helpers, "fencekit.testing hands out no exception of its own"
     for cls in helpers:
         assert issubclass(cls, RuntimeError), cls
+
+
+def test_error_replies_become_store_errors_that_say_what_redis_meant() -> None:
+    from fencekit._redis.run import translate_reply
+
+    oom_in_script = "command not allowed when used memory > 'maxmemory'. script: abc, on @user_script:30."
+    for message in ("OOM command not allowed when used memory > 'maxmemory'.", oom_in_script):
+        error = translate_reply(message)
+        assert type(error) is StoreError
+        assert str(error) == f"Redis is out of memory (OOM: over maxmemory, writes refused): {message}"
+    readonly = translate_reply("READONLY You can't write against a read only replica.")
+    assert str(readonly).startswith("Redis is a read-only replica now (failover?): READONLY")
+    other = translate_reply("WRONGTYPE Operation against a key holding the wrong kind of value")
+    assert str(other) == "ResponseError: WRONGTYPE Operation against a key holding the wrong kind of value"

@@ -37,6 +37,7 @@ __all__ = [
 ]
 
 READONLY_REASON = "Redis is a read-only replica now (failover?)"
+OOM_REASON = "Redis is out of memory (OOM: over maxmemory, writes refused)"
 
 
 @overload
@@ -59,10 +60,17 @@ def is_readonly(message: str) -> bool:
     return message.startswith("READONLY")
 
 
+def is_out_of_memory(message: str) -> bool:
+    """True for the refusal of a write while Redis is over ``maxmemory`` (direct or inside a script)."""
+    return message.startswith("OOM") or "used memory > 'maxmemory'" in message
+
+
 def translate_reply(message: str) -> FenceKitError:
-    """Our exception for an error reply's text (a script's refusal, READONLY, anything else)."""
+    """Our exception for an error reply's text (a script's refusal, READONLY, OOM, anything else)."""
     if is_readonly(message):
         return StoreError(f"{READONLY_REASON}: {message}")
+    if is_out_of_memory(message):
+        return StoreError(f"{OOM_REASON}: {message}")
     mapped = script_error(message)
     if mapped is not None:
         return mapped

@@ -120,9 +120,17 @@ class Reaper:
         if forgotten:
             self.reaped_consumers += 1
         if moved:
+            why = (
+                f"no heartbeat for {self.ttl:g}s: it died, or is paused or cut off from Redis"
+                if forget_if_silent
+                else "its process died"
+                if crashed
+                else "it exited on request with tasks still in flight"
+            )
             self.logger.warning(
-                "reaped consumer %s: %d task(s) returned or failed%s",
+                "reaped consumer %s (%s): %d task(s) returned or failed%s",
                 consumer_id,
+                why,
                 moved,
                 "" if forgotten else " (it is alive again: kept registered)",
             )
