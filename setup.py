@@ -47,6 +47,7 @@ def _extensions() -> list[Extension]:
             f"fencekit._redis.{src.stem}",
             [str(src.relative_to(HERE))],
             extra_compile_args=["-O3"],
+            extra_link_args=["-s"],  # stripped: no debug symbols in what users install
         )
         for src in sources
     ]

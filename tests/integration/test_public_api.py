@@ -104,7 +104,7 @@ def test_every_public_name_imports_and_has_a_docstring_of_its_own() -> None:
 
 def test_the_version_is_the_installed_distributions() -> None:
     assert isinstance(fencekit.__version__, str)
-    assert fencekit.__version__ == importlib.metadata.version("fencekit")
+    assert fencekit.__version__ == importlib.metadata.version("fencekit-jobs")
 
 
 # -- current_job ---------------------------------------------------------------------------

