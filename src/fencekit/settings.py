@@ -29,6 +29,7 @@ from typing import Annotated, Any
 from typing_extensions import TypedDict
 
 from fencekit._options import Option, defaults, describe, given, resolve, table, with_url
+from fencekit._redis.address import default_url
 from fencekit._redis.keys import DEFAULT_PREFIX, validate_prefix
 from fencekit._redis.url import DEFAULT_URL, parse_url
 from fencekit.queue.codec import DEFAULT_MAX_PAYLOAD
@@ -122,9 +123,10 @@ class UrlOption(TypedDict, total=False):
     redis_url: Annotated[
         str,
         Option(
-            DEFAULT_URL,
+            default_url,
             "Redis URL: redis://, rediss://, unix:// or redis+sentinel:// (a password is better "
-            "kept in the environment than on a command line)",
+            "kept in the environment than on a command line; default: the embedded Redis's socket "
+            f"while one runs, else {DEFAULT_URL})",
             check=_url,
             secret=True,
             metavar="URL",

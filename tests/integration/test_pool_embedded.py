@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import asyncio
-import logging
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
+from tests.queue_helpers import capture_logger, messages
 
 from fencekit import Client, ConfigError, Task
+from fencekit._redis.address import DEFAULT_URL, Record, default_url, read, write
 from fencekit.pool import Pool
 from fencekit.pool.embedded import default_redis
 from fencekit.testing import RedisServer, free_port, wait_until
@@ -120,25 +123,87 @@ def test_workers_defined_inside_a_function_cannot_be_exec_d():
         Pool([Local], procs=1, redis_url="redis://127.0.0.1:1/0")
 
 
-def test_the_embedded_default_starts_a_private_redis_that_keeps_its_data(tmp_path: Path):
-    logger = logging.getLogger("test.embedded")
-    probe = ("127.0.0.1", free_port())  # nothing answers there
-    url, server = default_redis(tmp_path / "data", logger, probe=probe)
-    assert server is not None
-    try:
+@pytest.fixture
+def data_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A short data directory (a unix socket path must stay under 108 bytes), as FENCEKIT_DATA_DIR."""
+    directory = Path(tempfile.mkdtemp(prefix="fk-data-", dir="/tmp"))
+    monkeypatch.setenv("FENCEKIT_DATA_DIR", str(directory))
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
 
-        async def put() -> None:
-            async with Client(url) as client:
-                await client.enqueue(Task("embed", "echo", {"n": 1}))
 
-        asyncio.run(put())
-    finally:
-        server.stop()
-    assert (tmp_path / "data").exists()
-    server.start()
+def nothing_answers() -> tuple[str, int]:
+    return ("127.0.0.1", free_port())
+
+
+def enqueue_from_another_process(n: int) -> None:
+    """``Client()`` with no URL in a fresh interpreter (it inherits FENCEKIT_DATA_DIR)."""
+    code = (
+        "import asyncio\n"
+        "from fencekit import Client, Task\n"
+        "async def main():\n"
+        "    async with Client() as client:\n"
+        f"        await client.enqueue_many(Task('embed', 'echo', {{'n': i}}) for i in range({n}))\n"
+        "asyncio.run(main())\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=30)
+
+
+def pending_by_default_client() -> int:
+    async def length() -> int:
+        async with Client() as client:
+            return await client.queue("embed").length()
+
+    return asyncio.run(length())
+
+
+def test_the_embedded_default_has_a_stable_socket_that_client_finds_and_keeps_its_data(
+    data_dir: Path,
+) -> None:
+    logger = capture_logger("test.embedded")
+    url, embedded = default_redis(None, logger, probe=nothing_answers())
+    assert embedded is not None
     try:
-        client = server.client()
-        assert client.llen("fencekit:{embed}:pending") == 1  # survived the restart (AOF)
-        client.close()
+        assert url == f"unix://{data_dir.resolve()}/redis.sock?db=0"
+        assert default_url() == url  # what Client(), Server() and Pool() use with no URL
+        enqueue_from_another_process(3)
+        assert pending_by_default_client() == 3
+        line = messages(logger)[-1]
+        assert line.startswith(f"no Redis answered at {DEFAULT_URL}: started an embedded ")
+        assert f" at {url} with its data in {data_dir}" in line
     finally:
-        server.cleanup()
+        embedded.stop()
+    assert default_url() == DEFAULT_URL  # the record goes with the server
+    assert not (data_dir / "redis.json").exists()
+    again, embedded = default_redis(None, logger, probe=nothing_answers())
+    assert embedded is not None
+    try:
+        assert again == url  # the same address on every start
+        assert pending_by_default_client() == 3  # and the same data (AOF)
+    finally:
+        embedded.stop()
+
+
+def test_a_second_pool_shares_the_running_embedded_redis_and_an_orphan_is_adopted(data_dir: Path) -> None:
+    logger = capture_logger("test.embedded.shared")
+    url, first = default_redis(None, logger, probe=nothing_answers())
+    assert first is not None
+    try:
+        shared, none = default_redis(None, logger, probe=nothing_answers())
+        assert (shared, none) == (url, None)  # not a second server on the same AOF
+        assert messages(logger)[-1].startswith(f"using the embedded Redis at {url} (pid ")
+        # Its pool is gone (a SIGKILLed supervisor leaves the server running): the next pool adopts it.
+        record = read(data_dir)
+        assert record is not None
+        gone = subprocess.Popen([sys.executable, "-c", "pass"])
+        gone.wait()
+        write(data_dir, Record(record.url, record.server, gone.pid))
+        adopted_url, adopted = default_redis(None, logger, probe=nothing_answers())
+        assert adopted_url == url
+        assert adopted is not None
+        assert messages(logger)[-1].startswith(f"adopting the embedded Redis at {url} (pid {record.server})")
+        adopted.stop()
+        assert read(data_dir) is None
+        assert default_url() == DEFAULT_URL
+    finally:
+        first.stop()

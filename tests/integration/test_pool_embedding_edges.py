@@ -15,10 +15,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.queue_helpers import capture_logger, messages
 
 from fencekit import ConfigError, StoreError
+from fencekit._redis.address import data_home
 from fencekit.pool import Pool
-from fencekit.pool.embedded import answers, data_home, default_redis
+from fencekit.pool.embedded import answers, default_redis
 from fencekit.runtime.exits import ExitCode
 from fencekit.testing import RedisServer, free_port
 
@@ -135,9 +137,17 @@ def test_the_embedded_default_uses_a_redis_that_answers_at_its_probe(
     probe = (private_redis.host, private_redis.port)
     assert answers(*probe)
     assert not answers("127.0.0.1", free_port())
-    url, server = default_redis(tmp_path / "unused", logging.getLogger("test.embed-edge"), probe=probe)
+    logger = capture_logger("test.embed-edge")
+    url, server = default_redis(tmp_path / "unused", logger, probe=probe)
     assert (url, server) == (f"redis://{probe[0]}:{probe[1]}/0", None)
     assert not (tmp_path / "unused").exists()  # nothing started, nothing written
+    assert messages(logger) == [
+        f"using the Redis that answers at {url} (no --redis-url or FENCEKIT_REDIS_URL given, "
+        f"and no embedded Redis runs in {tmp_path / 'unused'})"
+    ]
+    monkeypatch.setenv("FENCEKIT_DATA_DIR", str(tmp_path / "mine"))
+    assert data_home() == tmp_path / "mine"
+    monkeypatch.delenv("FENCEKIT_DATA_DIR")
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
     assert data_home() == tmp_path / "xdg" / "fencekit"
     monkeypatch.delenv("XDG_DATA_HOME")

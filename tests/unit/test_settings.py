@@ -158,3 +158,17 @@ def test_the_readme_lists_every_setting_with_its_default() -> None:
             continue
         shown = f"{default:g}" if isinstance(default, float) else str(default)
         assert rows[name] == shown, f"README says {name} defaults to {rows[name]}, the table says {shown}"
+
+
+def test_every_test_the_readme_names_exists() -> None:
+    """A claim in "Failure behaviour" names its test: a renamed or deleted test must not leave it dangling."""
+    tests_dir = README.parent / "tests" / "integration"
+    named: list[tuple[str, str]] = []
+    current = ""
+    for match in re.finditer(r"`(test_\w+\.py)?::(test_\w+)`", README.read_text()):
+        current = match.group(1) or current  # "`::test_x`" continues the file named before
+        named.append((current, match.group(2)))
+    assert len(named) > 40, named
+    for file, name in named:
+        source = (tests_dir / file).read_text()
+        assert re.search(rf"^(async )?def {name}\(", source, re.MULTILINE), f"README names {file}::{name}"
