@@ -7,6 +7,7 @@ import datetime
 import inspect
 import math
 import re
+import sys
 import time
 import uuid
 from typing import Any
@@ -569,3 +570,17 @@ def test_every_queue_builder_in_fencekit_lua_is_covered() -> None:
         if fn.__module__ == "fencekit._redis.scripts" and name not in helpers and not name.startswith("_")
     }
     assert {b for b in builders if not is_primitive(b)} == set(every_call(KeySpace(), "q"))
+
+
+def test_a_jid_is_printable_characters_without_whitespace_over_every_code_point() -> None:
+    """is_jid's one-scan rule equals its definition, for each character Python knows."""
+    from fencekit._redis.keys import MAX_JID, is_jid
+
+    for code in range(sys.maxunicode + 1):
+        ch = chr(code)
+        assert is_jid(f"a{ch}b") == (ch.isprintable() and not ch.isspace()), hex(code)
+    assert is_jid("order-42:€")
+    assert is_jid("x" * MAX_JID)
+    assert not is_jid("x" * (MAX_JID + 1))
+    assert not is_jid("")
+    assert not is_jid(42)

@@ -16,8 +16,7 @@ dead letter with its reason (I7 of docs/design.md).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -31,9 +30,8 @@ _MAX_DEPTH = 64
 _MIN_INT, _MAX_INT = -(2**63), 2**64 - 1
 
 
-@dataclass(frozen=True, slots=True)
-class Envelope:
-    """A decoded task as stored in Redis."""
+class Envelope(NamedTuple):
+    """A decoded task as stored in Redis (a NamedTuple: decoding builds one per claimed task)."""
 
     jid: str
     queue: str
@@ -50,8 +48,42 @@ class Envelope:
         return encode(self.jid, self.queue, self.operation, self.params, attempt, self.enqueued_at)
 
 
-def check_params(params: object, path: str = "params", depth: int = 0) -> None:
-    """Refuse anything that is not plain, finite JSON (orjson would convert it)."""
+def check_params(params: object) -> None:
+    """Refuse anything that is not plain, finite JSON (orjson would convert it).
+
+    The common case -- plain JSON -- is one walk that builds no strings; only a
+    refusal walks again to name the offending path.
+    """
+    if not _plain(params, 0):
+        _refuse(params, "params", 0)
+
+
+def _plain(value: object, depth: int) -> bool:
+    kind = type(value)
+    if kind is str or kind is bool or value is None:
+        return True
+    if kind is int:
+        return _MIN_INT <= value <= _MAX_INT  # type: ignore[operator]
+    if kind is float:
+        return math.isfinite(value)  # type: ignore[arg-type]
+    if depth >= _MAX_DEPTH:
+        return False
+    # Loops, not all(<generator>): this runs for every task claimed, and the generator costs more.
+    if kind is dict:
+        for key, item in value.items():  # type: ignore[attr-defined]  # noqa: SIM110
+            if type(key) is not str or not _plain(item, depth + 1):
+                return False
+        return True
+    if kind is list or kind is tuple:
+        for item in value:  # type: ignore[attr-defined]  # noqa: SIM110
+            if not _plain(item, depth + 1):
+                return False
+        return True
+    return False
+
+
+def _refuse(params: object, path: str, depth: int) -> None:
+    """Raise the PayloadError naming where ``params`` is not plain JSON (the slow, precise walk)."""
     if depth > _MAX_DEPTH:
         raise PayloadError(f"{path}: nested deeper than {_MAX_DEPTH} levels")
     if params is None or isinstance(params, (str, bool)):
@@ -68,11 +100,11 @@ def check_params(params: object, path: str = "params", depth: int = 0) -> None:
         for key, value in params.items():
             if not isinstance(key, str):
                 raise PayloadError(f"{path}: keys must be str, got {type(key).__name__} {key!r}")
-            check_params(value, f"{path}[{key!r}]", depth + 1)
+            _refuse(value, f"{path}[{key!r}]", depth + 1)
         return
     if isinstance(params, (list, tuple)):
         for index, value in enumerate(params):
-            check_params(value, f"{path}[{index}]", depth + 1)
+            _refuse(value, f"{path}[{index}]", depth + 1)
         return
     raise PayloadError(
         f"{path}: {type(params).__name__} is not JSON; pass str, int, float, bool, None, "

@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
@@ -45,6 +44,7 @@ from fencekit.queue.client import Client
 from fencekit.queue.loops import Backoff
 from fencekit.queue.outbox import AckClaim, Outbox, Settle, Turn
 from fencekit.queue.perform import ConsumerStats, Performer
+from fencekit.queue.refusals import Refusals
 from fencekit.queue.settle import Retention
 from fencekit.queue.waker import Waker
 from fencekit.queue.worker import WorkerRegistry
@@ -87,7 +87,6 @@ class Consumer:
         self.consumer_id = consumer_id
         self.concurrency: int = settings["concurrency"]
         self.max_claim: int = settings["max_claim"]
-        self.heartbeat_ttl: float = settings["heartbeat_ttl"]
         self.logger = logger
         self.queues = list(queues if queues is not None else registry.queues)
         self.retention = Retention.of(settings)
@@ -95,10 +94,6 @@ class Consumer:
         self.durable = Durability.of(settings["durable_replicas"], settings["durable_timeout"])
         self.stats = ConsumerStats()
         self._lease_ok = lease_ok or (lambda: True)
-        self._resets = resets or (lambda: 0)
-        self._resets_seen = self._resets()
-        self._lost: set[tuple[str, int]] = set()  # claimed before Redis lost its data
-        self._idle_since: float | None = None
         self._on_turn = on_turn
         self._qkeys = {q: keys.queue(q) for q in self.queues}
         self._inflight = {q: k.inflight(consumer_id) for q, k in self._qkeys.items()}
@@ -123,6 +118,7 @@ class Consumer:
         self._lease_blocked = False
         self._link: Link | None = None
         self._backoff = Backoff(logger, f"consumer {consumer_id}: claiming")
+        self._refusals = Refusals(consumer_id, logger, self.stats, settings["heartbeat_ttl"], resets)
         self._performer = Performer(
             keys=keys,
             registry=registry,
@@ -186,11 +182,9 @@ class Consumer:
                 self._on_turn()
             if self._stopping and not self._running and not self.outbox:
                 return
-            if self._resets() != self._resets_seen:
-                self._resets_seen = self._resets()
-                self._lost |= set(self._running) | self.outbox.outcomes()
+            self._refusals.check_reset(self._unsettled)
             turn = self._next_turn()
-            self._log_lease()
+            self._refusals.lease(self._lease_blocked, self._stopping)
             if not turn.calls:
                 if self._lease_blocked:
                     # No claims while our heartbeat is stale (peers may be reaping us): look again soon.
@@ -226,49 +220,8 @@ class Consumer:
                 self._lease_blocked = True
         return self.outbox.take(claim_queue, min(free, self.max_claim))
 
-    def _log_lease(self) -> None:
-        """Say once why the consumer stopped claiming, and once when it starts again."""
-        if self._lease_blocked and self._idle_since is None:
-            self._idle_since = time.monotonic()
-            self.logger.warning(
-                "consumer %s: not claiming: no heartbeat has reached Redis for more than half its "
-                "%.0fs lease, so peers may soon return its tasks (the heartbeat's log line says why "
-                "it fails; Redis out of memory refuses them); it claims again after the next heartbeat",
-                self.consumer_id,
-                self.heartbeat_ttl,
-            )
-        elif not self._lease_blocked and self._idle_since is not None and not self._stopping:
-            self.logger.info(
-                "consumer %s: claiming again: a heartbeat reached Redis after %.1fs without one",
-                self.consumer_id,
-                time.monotonic() - self._idle_since,
-            )
-            self._idle_since = None
-
-    def _refused(self, queue: str, token: int, what: str) -> None:
-        """Log a refused settlement truthfully: fenced out, or Redis lost its data meanwhile."""
-        jid = self.outbox.jid(queue, token)
-        if (queue, token) in self._lost:
-            self._lost.discard((queue, token))
-            self.stats.lost += 1
-            self.logger.warning(
-                "task %s: %s delivery %s on queue %s found no record: Redis lost its data after the "
-                "task was claimed; it ran, but its outcome is not recorded",
-                jid,
-                what,
-                token,
-                queue,
-            )
-            return
-        self.stats.fenced_out += 1
-        self.logger.warning(
-            "task %s: %s delivery %s on queue %s fenced out: the task was reaped or returned while it "
-            "ran, a newer delivery owns it",
-            jid,
-            what,
-            token,
-            queue,
-        )
+    def _unsettled(self) -> set[tuple[str, int]]:
+        return set(self._running) | self.outbox.outcomes()
 
     def _ack_claim_call(self, queue: str, want: int, acks: Sequence[int]) -> scripts.Call:
         qk = self._qkeys[queue]
@@ -326,14 +279,13 @@ class Consumer:
             return
         fenced, first, lost, *envelopes = reply
         for raw in fenced:
-            token = int(raw)
+            key = (queue, int(raw))
             if lost:
-                self._lost.add((queue, token))
-            self._refused(queue, token, "ack of")
+                self._refusals.lost(key)
+            self._refusals.refused(key, self.outbox.jid(*key), "ack of")
         for token in item.acks:
             self.outbox.done(queue, token)
-        if self._lost:
-            self._lost.difference_update((queue, token) for token in item.acks)
+        self._refusals.settled((queue, token) for token in item.acks)
         self.stats.processed += len(item.acks) - len(fenced)
         if not item.want:
             return
@@ -347,10 +299,11 @@ class Consumer:
         self.stats.claimed += len(envelopes)
 
     def _absorb_settle(self, item: Settle, reply: Any) -> None:
+        key = (item.queue, item.token)
         if isinstance(reply, FencedOutError):
-            self._refused(item.queue, item.token, "settling")
-        jid = self.outbox.done(item.queue, item.token)
-        self._lost.discard((item.queue, item.token))
+            self._refusals.refused(key, self.outbox.jid(*key), "settling")
+        jid = self.outbox.done(*key)
+        self._refusals.settled((key,))
         if isinstance(reply, BaseException) and not isinstance(reply, FencedOutError):
             self.logger.error(
                 "task %s: settling delivery %s on queue %s failed: %s", jid, item.token, item.queue, reply
