@@ -168,6 +168,11 @@ async def test_i2_each_delivery_holds_a_larger_token_than_the_one_before(redis_u
         fields = [int(t) for t in r.hkeys(qkey("tok", f"inflight:{server.consumer_id}"))]
         seen.append((job.token.value, fields))
         assert job.token.resource == f"{{tok}}:job:{job.jid}"
+        assert job.token is job.token  # made once, when first read
+        assert (job.queue, job.operation, job.params) == ("tok", "fail", {})
+        assert repr(job) == f"Job(jid={job.jid!r}, queue='tok', operation='fail', attempt={job.attempt})"
+        with pytest.raises(AttributeError):
+            job.attempt = 7  # type: ignore[misc]
         raise RuntimeError("again")
 
     server = new_server(redis_url, worker("tok", "fail", fail, retry_count=1))

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from fencekit._redis import scripts
+from fencekit._redis.keys import job_resource
 from fencekit._redis.scripts import Call
 from fencekit.errors import NoCurrentJob
 from fencekit.primitives.fence import FenceRules
@@ -34,20 +34,70 @@ if TYPE_CHECKING:
 _current: ContextVar[Job] = ContextVar("fencekit_current_job")
 
 
-@dataclass(frozen=True, slots=True)
-class Job:
-    """The delivery being performed (see the module docstring)."""
+class JobSite(NamedTuple):
+    """What every job of one consumer on one queue shares (built once per queue, not per task)."""
 
-    jid: str
     queue: str
-    operation: str
-    attempt: int
-    token: FenceToken
-    params: dict[str, Any]
-    inflight: str  # its consumer's in-flight hash: where a write checks the delivery is current
+    inflight: str  # the consumer's in-flight hash: where a write checks the delivery is current
     rules: FenceRules
     run: Callable[[Call], Awaitable[Any]]
     client: Client
+
+
+class Job:
+    """The delivery being performed (see the module docstring); its attributes are read-only.
+
+    Built for every task claimed, so it is a slots class whose per-queue parts
+    live in one shared :class:`JobSite` and whose :attr:`token` is made when
+    first read.
+    """
+
+    __slots__ = ("_attempt", "_delivery", "_jid", "_operation", "_params", "_site", "_token")
+
+    def __init__(
+        self, jid: str, operation: str, attempt: int, params: dict[str, Any], delivery: int, site: JobSite
+    ) -> None:
+        self._jid = jid
+        self._operation = operation
+        self._attempt = attempt
+        self._params = params
+        self._delivery = delivery
+        self._site = site
+        self._token: FenceToken | None = None
+
+    @property
+    def jid(self) -> str:
+        return self._jid
+
+    @property
+    def queue(self) -> str:
+        return self._site.queue
+
+    @property
+    def operation(self) -> str:
+        return self._operation
+
+    @property
+    def attempt(self) -> int:
+        """0 for the first run, 1 for the first retry, ..."""
+        return self._attempt
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return self._params
+
+    @property
+    def token(self) -> FenceToken:
+        """This delivery's fencing token, of resource ``{queue}:job:<jid>``."""
+        if self._token is None:
+            self._token = FenceToken(self._delivery, job_resource(self._site.queue, self._jid))
+        return self._token
+
+    def __repr__(self) -> str:
+        return (
+            f"Job(jid={self._jid!r}, queue={self.queue!r}, operation={self._operation!r}, "
+            f"attempt={self._attempt})"
+        )
 
     async def set_if_fresh(self, key: str, value: str | bytes | int | float) -> None:
         """``SET key value`` while this delivery is the task's current one (one atomic script).
@@ -56,15 +106,16 @@ class Job:
         :class:`~fencekit.errors.FencedOutError` once the delivery was reaped,
         returned or finished, or a newer one exists.
         """
-        token, fence, target, value = self.rules.write(self.token, key, value)
+        site = self._site
+        token, fence, target, value = site.rules.write(self.token, key, value)
         call = scripts.job_set(
-            inflight=self.inflight, fence=fence, target=target, token=token.value, value=value
+            inflight=site.inflight, fence=fence, target=target, token=token.value, value=value
         )
-        await self.run(call)
+        await site.run(call)
 
     async def enqueue(self, task: Task, *, delay: float | timedelta | None = None) -> str:
         """Enqueue a follow-up task on this consumer's connection; returns its jid."""
-        return await self.client.enqueue(task, delay=delay)
+        return await self._site.client.enqueue(task, delay=delay)
 
 
 def current_job() -> Job:

@@ -18,14 +18,13 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from fencekit._redis.keys import KeySpace, job_resource
+from fencekit._redis.keys import KeySpace
 from fencekit._redis.scripts import Call
 from fencekit.errors import PayloadError
 from fencekit.primitives.fence import FenceRules
-from fencekit.primitives.tokens import FenceToken
 from fencekit.queue import codec, settle
 from fencekit.queue.histogram import DurationHistogram
-from fencekit.queue.job import Job, set_current
+from fencekit.queue.job import Job, JobSite, set_current
 from fencekit.queue.outbox import Outbox
 from fencekit.queue.settle import Delivery, Retention
 from fencekit.queue.worker import RetryPolicy, WorkerRegistry
@@ -84,7 +83,8 @@ class Performer:
         self.run_call = run_call
         self.client = client
         self.wake = wake
-        self.fence_rules = FenceRules(keys.prefix, timedelta(milliseconds=retention.fence_ttl_ms))
+        rules = FenceRules(keys.prefix, timedelta(milliseconds=retention.fence_ttl_ms))
+        self.sites = {q: JobSite(q, hash_key, rules, run_call, client) for q, hash_key in inflight.items()}
         self.info = logger.isEnabledFor(logging.INFO)
 
     def delivery(self, queue: str, token: int, raw: bytes = b"") -> Delivery:
@@ -105,20 +105,8 @@ class Performer:
             self.logger.error("task %s dead-lettered: %s", envelope.jid, reason)
             self._dead(queue, token, envelope.jid, reason)
             return
-        set_current(
-            Job(
-                jid=envelope.jid,
-                queue=queue,
-                operation=envelope.operation,
-                attempt=envelope.attempt,
-                token=FenceToken(token, job_resource(queue, envelope.jid)),
-                params=envelope.params,
-                inflight=self.inflight[queue],
-                rules=self.fence_rules,
-                run=self.run_call,
-                client=self.client,
-            )
-        )
+        site = self.sites[queue]
+        set_current(Job(envelope.jid, envelope.operation, envelope.attempt, envelope.params, token, site))
         if self.info:
             self.logger.info(
                 "task %s started: %s/%s attempt %d", envelope.jid, queue, envelope.operation, envelope.attempt
