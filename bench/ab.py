@@ -1,0 +1,74 @@
+"""Drain throughput of two checkouts side by side: ``python -m bench.ab OTHER_CHECKOUT``.
+
+Each round runs, alternately in this checkout and in ``OTHER_CHECKOUT`` (each
+with its own ``.venv``), one drain per case -- a pool with 1 and 2 children
+and a one-process ``Server``, N no-op tasks at concurrency 128, on a private
+Redis (``bench.fk.drain``) -- and prints every figure and the ratio of the
+medians, this ÷ other. Alternating rounds spread a shared machine's noise
+over both sides; compare the ratios, not the absolute figures.
+
+    python -m bench.ab ../fencekit-main --rounds 3 --n 200000
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+CASES = (("pool --procs 1", 1, False), ("pool --procs 2", 2, False), ("Server (1 process)", 1, True))
+
+
+# Runs in either checkout's interpreter: only bench.fk and fencekit.testing, which both have.
+DRAIN = """
+import asyncio, sys, tempfile
+from pathlib import Path
+from bench import fk
+from fencekit.testing import RedisServer
+n, procs, server = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1"
+async def run(url):
+    result = await fk.drain(url, Path(tempfile.mkdtemp()), n=n, procs=procs, conc=128, server=server)
+    return result["rate"]
+with RedisServer() as srv:
+    print(asyncio.run(run(srv.url())))
+"""
+
+
+def in_checkout(root: Path, n: int, procs: int, server: bool) -> float:
+    """One drain run by ``root``'s own interpreter in ``root``; returns jobs/s."""
+    python = root / ".venv" / "bin" / "python"
+    argv = [str(python), "-c", DRAIN, str(n), str(procs), "1" if server else "0"]
+    out = subprocess.run(argv, cwd=root, check=True, capture_output=True, text=True, timeout=600)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.ab", description=__doc__.splitlines()[0])
+    parser.add_argument("other", type=Path, help="the other checkout (with its own .venv)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--n", type=int, default=200_000)
+    args = parser.parse_args()
+    here = Path(__file__).resolve().parents[1]
+    sides = {"this": here, "other": args.other.resolve()}
+    figures: dict[tuple[str, str], list[float]] = {}
+    for _ in range(args.rounds):
+        for side, root in sides.items():
+            for label, procs, server in CASES:
+                rate = in_checkout(root, args.n, procs, server)
+                figures.setdefault((side, label), []).append(rate)
+                print(f"{side:5} {label}: {rate:,.0f} jobs/s", file=sys.stderr, flush=True)
+    print(f"| drain, {args.n:,} no-op tasks, -c 128 | other | this | this ÷ other (medians) |")
+    print("|---|---|---|---|")
+    for label, _, _ in CASES:
+        other, this = figures[("other", label)], figures[("this", label)]
+        ratio = statistics.median(this) / statistics.median(other)
+        print(
+            f"| {label} | {' / '.join(f'{x:,.0f}' for x in other)} | "
+            f"{' / '.join(f'{x:,.0f}' for x in this)} | \N{MULTIPLICATION SIGN}{ratio:.2f} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
