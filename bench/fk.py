@@ -117,8 +117,13 @@ async def drain(
     """Pre-enqueue ``n`` tasks, start the pool (or a Server), time until the last ack in Redis."""
     r = aredis.from_url(url)
     await r.flushall()
+    store: dict[str, Any] = {}
+    if memory:
+        store["empty"] = await _redis_memory(r)
     client = quiet_client(url)
     fill_s = await fill(client, n, op, queues)
+    if memory:
+        store["filled"] = await _redis_memory(r)
     if scheduled:
         await fill(client, scheduled, op, None, delay=3600.0)  # retries due later: the scheduler scans them
     keys = [stats_key(q) for q in (queues or [apps.QUEUE])]
@@ -139,6 +144,7 @@ async def drain(
             rss["after"] = _rss_tree(proc.pid)
             await asyncio.sleep(2.0)
             rss["idle_after"] = _rss_tree(proc.pid)
+            store["after"] = await _redis_memory(r)
     finally:
         code = stop(proc)
         if fakes:
@@ -166,7 +172,14 @@ async def drain(
     )
     if memory:
         result["rss"] = rss
+        result["redis"] = store
     return result
+
+
+async def _redis_memory(r: Any) -> dict[str, int]:
+    """Keys in database 0 and the server's ``used_memory``: what N finished jobs leave behind."""
+    info = await r.info("memory")
+    return {"keys": int(await r.dbsize()), "used_memory": int(info["used_memory"])}
 
 
 def _rss_tree(pid: int) -> dict[str, Any]:

@@ -179,6 +179,10 @@ async def run_scale(url: str, logdir: Path, s: dict[str, Any], out: dict[str, An
     for name, _ in cases:
         rate = res[name].get("rate")
         res[name]["cost_ratio"] = small / rate if small and rate else None
+    # Not a scale case (a fenced write costs more than a no-op): the Redis keys N fenced jobs leave.
+    name = f"{n:,} fenced jobs"
+    res[name] = await fk.drain(url, logdir, procs=2, conc=conc, n=n, op="fenced", memory=True)
+    log(f"scale {name}: {res[name].get('rate', res[name].get('error'))}")
 
 
 def run_peers(url: str, logdir: Path, s: dict[str, Any], out: dict[str, Any], peers: list[str]) -> None:
@@ -404,6 +408,22 @@ def render(out: dict[str, Any]) -> str:
                     ]
                 )
             L += table(["when", "supervisor", "children"], rows)
+        stored = [(name, r) for name, r in sc.items() if isinstance(r, dict) and r.get("redis")]
+        if stored:
+            L += ["", "### Redis memory (keys in db 0 and used_memory, before the fill and after the drain)", ""]
+            rows = []
+            for name, r in stored:
+                red = r["redis"]
+                e, f, a = red.get("empty", {}), red.get("filled", {}), red.get("after", {})
+                rows.append(
+                    [
+                        name,
+                        f"{f0(e.get('keys'))} / {f0(e.get('used_memory'))}",
+                        f"{f0(f.get('keys'))} / {f0(f.get('used_memory'))}",
+                        f"{f0(a.get('keys'))} / {f0(a.get('used_memory'))}",
+                    ]
+                )
+            L += table(["case", "empty: keys / bytes", "filled", "drained"], rows)
     ce = out.get("ceiling")
     if ce:
         L += ["", "### Redis ceiling (redis-benchmark, 50 clients, job cycle LPUSH + RPOP + HSET + HDEL)", ""]

@@ -77,7 +77,17 @@ def scheduled(r: redis.Redis, queue: str) -> list[tuple[dict[str, Any], float]]:
 def stats(r: redis.Redis, queue: str) -> dict[str, int]:
     raw = r.hgetall(qkey(queue, "stats"))
     values = {_text(k): int(v) for k, v in raw.items()}
-    for name in ("enqueued", "processed", "failed", "retried", "fenced_out", "dead", "purged", "revived"):
+    for name in (
+        "enqueued",
+        "processed",
+        "failed",
+        "retried",
+        "fenced_out",
+        "dead",
+        "purged",
+        "revived",
+        "expired",
+    ):
         values.setdefault(name, 0)
     return values
 

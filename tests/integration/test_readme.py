@@ -44,6 +44,24 @@ def test_the_primitives_example_runs(redis_url: str):
     r.close()
 
 
+async def test_the_time_limits_example_enqueues_as_it_says(redis_url: str):
+    namespace: dict[str, object] = {}
+    exec(block_with("class AnalyseGame"), namespace)
+    from fencekit import Client
+    from fencekit.queue.codec import decode
+
+    async with Client(redis_url=redis_url) as client:
+        await namespace["produce"](client)  # type: ignore[operator]
+    r = redis.Redis.from_url(redis_url)
+    waiting = [decode(raw) for raw in r.lrange("fencekit:{games}:pending", 0, -1)]
+    later = [decode(raw) for raw in r.zrange("fencekit:{games}:scheduled", 0, -1)]
+    r.close()
+    by_id = {e.params["id"]: e for e in waiting}
+    assert by_id[7].timeout == 600
+    assert by_id[8].expires_at is not None
+    assert sorted(e.params["id"] for e in later) == [9, 10]
+
+
 def test_the_job_queue_example_runs_until_sigterm(redis_url: str):
     r = redis.Redis.from_url(redis_url)
 

@@ -40,6 +40,37 @@ def test_an_envelope_round_trips_through_the_codec() -> None:
     assert orjson.loads(env.next_attempt(3))["attempt"] == 3
 
 
+def test_an_envelope_without_timeout_or_expiry_is_encoded_as_before() -> None:
+    raw = encode("j1", "q", "op", {}, 0, 5)
+    assert list(orjson.loads(raw)) == ["jid", "queue", "operation", "params", "attempt", "enqueued_at"]
+    env = decode(raw)
+    assert (env.timeout, env.expires_at) == (None, None)
+
+
+def test_timeout_and_expiry_round_trip_and_survive_a_retry() -> None:
+    env = decode(encode("j1", "q", "op", {}, 0, 5, timeout=2.5, expires_at=99))
+    assert (env.timeout, env.expires_at) == (2.5, 99)
+    again = decode(env.next_attempt(1))
+    assert (again.attempt, again.timeout, again.expires_at) == (1, 2.5, 99)
+
+
+def test_a_task_s_timeout_and_expiry_reach_its_envelope() -> None:
+    before = time.time_ns() // 1_000_000
+    env = decode(
+        Task(
+            "q", "op", timeout=datetime.timedelta(seconds=3), expires=datetime.timedelta(seconds=10)
+        ).envelope()
+    )
+    after = time.time_ns() // 1_000_000
+    assert env.timeout == 3.0
+    assert env.expires_at is not None
+    assert before + 10_000 <= env.expires_at <= after + 10_000
+    at = datetime.datetime(2031, 5, 6, 7, 8, 9, tzinfo=datetime.timezone.utc)
+    assert decode(Task("q", "op", expires=at).envelope()).expires_at == round(at.timestamp() * 1000)
+    back = Task.from_envelope(decode(Task("q", "op", timeout=1, expires=at).envelope()))
+    assert (back.timeout, back.expires) == (1.0, at)
+
+
 GOOD = {"jid": "j", "queue": "q", "operation": "op", "params": {}, "attempt": 0, "enqueued_at": 0}
 
 
@@ -64,6 +95,12 @@ GOOD = {"jid": "j", "queue": "q", "operation": "op", "params": {}, "attempt": 0,
         (orjson.dumps(GOOD | {"attempt": True}), "attempt"),
         (orjson.dumps(GOOD | {"attempt": 1.0}), "attempt"),
         (orjson.dumps(GOOD | {"enqueued_at": "now"}), "enqueued_at"),
+        (orjson.dumps(GOOD | {"timeout": 0}), "timeout"),
+        (orjson.dumps(GOOD | {"timeout": -1.5}), "timeout"),
+        (orjson.dumps(GOOD | {"timeout": "5"}), "timeout"),
+        (orjson.dumps(GOOD | {"timeout": True}), "timeout"),
+        (orjson.dumps(GOOD | {"expires_at": 1.5}), "expires_at"),
+        (orjson.dumps(GOOD | {"expires_at": "tomorrow"}), "expires_at"),
     ],
 )
 def test_decoding_a_bad_envelope_raises_payload_error_naming_what_is_wrong(raw: bytes, words: str) -> None:
@@ -498,6 +535,7 @@ def every_call(keys: KeySpace, queue: str) -> dict[str, scripts.Call]:
             dead_id="d",
             keep_dead=10,
         ),
+        "drop": scripts.drop(inflight=inflight, stats=qk.stats, token=1, counter="expired"),
         "job_set": scripts.job_set(
             inflight=inflight, fence=job_fence, target=f"{{{queue}}}:result", token=1, value="v"
         ),

@@ -208,6 +208,11 @@ def fail(
     return call("fail", (inflight, stats, dead, dead_index), (token, record, dead_id, keep_dead))
 
 
+def drop(*, inflight: str, stats: str, token: int, counter: str) -> Call:
+    """Finish a delivery unrun, counted under ``counter``; error ``FENCED`` (``drop.lua``)."""
+    return call("drop", (inflight, stats), (token, counter))
+
+
 def job_set(*, inflight: str, fence: str, target: str, token: int, value: Arg) -> Call:
     """A running job's fenced SET of ``target``; error ``FENCED`` (``job_set.lua``)."""
     return call("job_set", (inflight, fence, target), (token, value))

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterable, Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any
 
@@ -34,7 +35,7 @@ from fencekit._redis.url import parse_url
 from fencekit.errors import ConfigError, DurabilityError, PayloadError
 from fencekit.queue.handle import Queue, QueueStats
 from fencekit.queue.registry import known_queues, register_queues
-from fencekit.queue.task import Task
+from fencekit.queue.task import Task, unix_ms
 from fencekit.settings import ClientOptions, ClientSettings, resolve, table, with_url
 
 __all__ = ["Client"]
@@ -92,20 +93,26 @@ class Client:
 
     def queue(self, name: str) -> Queue:
         """The handle of queue ``name``."""
-        return Queue(self.redis, self.keys, name)
+        return Queue(self.redis, self.keys, name, producer=self)
 
-    async def enqueue(self, task: Task, *, delay: float | timedelta | None = None) -> str:
-        """Accept ``task`` and return its jid; ``delay`` defers it (seconds or timedelta)."""
-        (jid,) = await self.enqueue_many((task,), delay=delay)
+    async def enqueue(
+        self, task: Task, *, delay: float | timedelta | None = None, at: datetime | None = None
+    ) -> str:
+        """Accept ``task`` and return its jid.
+
+        ``delay`` defers it (seconds or timedelta); ``at`` (an aware datetime)
+        starts it then instead -- at once if that time has passed.
+        """
+        (jid,) = await self.enqueue_many((task,), delay=delay, at=at)
         if self.logger.isEnabledFor(logging.INFO):
             self.logger.info("task %s accepted: %s/%s", jid, task.queue, task.operation)
         return jid
 
     async def enqueue_many(
-        self, tasks: Iterable[Task], *, delay: float | timedelta | None = None
+        self, tasks: Iterable[Task], *, delay: float | timedelta | None = None, at: datetime | None = None
     ) -> list[str]:
         """Accept many tasks in one round trip; all are validated before any is sent."""
-        delay_ms = _delay_ms(delay)
+        delay_ms = _delay_ms(delay, at)
         tasks = list(tasks)
         by_queue: dict[str, list[bytes]] = {}
         for task in tasks:
@@ -180,7 +187,18 @@ class Client:
         return total
 
 
-def _delay_ms(delay: float | timedelta | None) -> int:
+def _delay_ms(delay: float | timedelta | None, at: datetime | None = None) -> int:
+    if at is not None:
+        if delay is not None:
+            raise ConfigError("give enqueue either delay= or at=, not both")
+        if not isinstance(at, datetime):
+            raise ConfigError(f"at must be a timezone-aware datetime, got {at!r}")
+        try:
+            due = unix_ms(at, "at")
+        except PayloadError as exc:
+            raise ConfigError(str(exc)) from None
+        # The producer's clock: the script adds the delay to Redis's own clock.
+        return max(0, due - time.time_ns() // 1_000_000)
     if delay is None:
         return 0
     seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay

@@ -5,6 +5,10 @@ An envelope is a JSON object::
     {"jid": "0193…", "queue": "emails", "operation": "send_email",
      "params": {...}, "attempt": 0, "enqueued_at": 1764480000123}
 
+and, only when the task sets them, ``"timeout"`` (seconds the run may take)
+and ``"expires_at"`` (Unix ms after which it is not started), so a task that
+sets neither is encoded and decoded exactly as before.
+
 ``params`` must be plain JSON (dicts with ``str`` keys, lists, tuples, ``str``,
 ``int``, finite ``float``, ``bool``, ``None``): anything else is refused at
 enqueue with :class:`~fencekit.errors.PayloadError` rather than silently
@@ -23,7 +27,7 @@ import orjson
 from fencekit._redis.keys import MAX_JID, is_jid
 from fencekit.errors import PayloadError
 
-__all__ = ["DEFAULT_MAX_PAYLOAD", "Envelope", "check_params", "decode", "encode", "peek_jid"]
+__all__ = ["DEFAULT_MAX_PAYLOAD", "Envelope", "check_params", "decode", "encode", "is_timeout", "peek_jid"]
 
 DEFAULT_MAX_PAYLOAD = 1 << 20  # 1 MiB per envelope
 _MAX_DEPTH = 64
@@ -39,13 +43,24 @@ class Envelope(NamedTuple):
     params: dict[str, Any]
     attempt: int
     enqueued_at: int
+    timeout: float | None = None
+    expires_at: int | None = None
 
     def encode(self) -> bytes:
-        return encode(self.jid, self.queue, self.operation, self.params, self.attempt, self.enqueued_at)
+        return self.next_attempt(self.attempt)
 
     def next_attempt(self, attempt: int) -> bytes:
         """The envelope of another attempt of the same task."""
-        return encode(self.jid, self.queue, self.operation, self.params, attempt, self.enqueued_at)
+        return encode(
+            self.jid,
+            self.queue,
+            self.operation,
+            self.params,
+            attempt,
+            self.enqueued_at,
+            timeout=self.timeout,
+            expires_at=self.expires_at,
+        )
 
 
 def check_params(params: object) -> None:
@@ -119,27 +134,27 @@ def encode(
     params: dict[str, Any],
     attempt: int,
     enqueued_at: int,
+    *,
+    timeout: float | None = None,
+    expires_at: int | None = None,
 ) -> bytes:
     """Encode an envelope (:func:`check_params` ran at enqueue, or at decode)."""
+    data: dict[str, Any] = {
+        "jid": jid,
+        "queue": queue,
+        "operation": operation,
+        "params": params,
+        "attempt": attempt,
+        "enqueued_at": enqueued_at,
+    }
+    if timeout is not None:
+        data["timeout"] = timeout
+    if expires_at is not None:
+        data["expires_at"] = expires_at
     try:
-        return _dumps(jid, queue, operation, params, attempt, enqueued_at)
+        return orjson.dumps(data)
     except TypeError as exc:
         raise PayloadError(f"task {jid} cannot be encoded: {exc}") from None
-
-
-def _dumps(
-    jid: str, queue: str, operation: str, params: dict[str, Any], attempt: int, enqueued_at: int
-) -> bytes:
-    return orjson.dumps(
-        {
-            "jid": jid,
-            "queue": queue,
-            "operation": operation,
-            "params": params,
-            "attempt": attempt,
-            "enqueued_at": enqueued_at,
-        }
-    )
 
 
 def decode(raw: bytes | str) -> Envelope:
@@ -172,7 +187,18 @@ def decode(raw: bytes | str) -> Envelope:
     if type(enqueued_at) is not int:
         raise PayloadError("field 'enqueued_at' must be an integer (ms)")
     check_params(params)  # e.g. deeper than we could encode again for a retry
-    return Envelope(jid, queue, operation, params, attempt, enqueued_at)
+    timeout = data.get("timeout")
+    expires_at = data.get("expires_at")
+    if timeout is not None and not is_timeout(timeout):
+        raise PayloadError("field 'timeout' must be a positive, finite number of seconds")
+    if expires_at is not None and type(expires_at) is not int:
+        raise PayloadError("field 'expires_at' must be an integer (Unix ms)")
+    return Envelope(jid, queue, operation, params, attempt, enqueued_at, timeout, expires_at)
+
+
+def is_timeout(value: object) -> bool:
+    """True for a usable timeout: a positive, finite ``int`` or ``float`` of seconds (not a bool)."""
+    return type(value) in (int, float) and 0 < value < math.inf  # type: ignore[operator]
 
 
 def peek_jid(raw: bytes | str) -> str | None:

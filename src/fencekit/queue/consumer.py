@@ -171,7 +171,7 @@ class Consumer:
         tasks = list(self._running.values())
         if tasks and grace > 0:
             await asyncio.wait(tasks, timeout=grace)
-        for task in list(self._running.values()):
+        for task in [*self._running.values(), *self._performer.abandoned]:
             task.cancel()
         await self._stopped.wait()
 

@@ -2,14 +2,15 @@
 
 ``client.queue(name)`` returns a :class:`Queue` with the per-queue operations
 of the kickdown API (``pending``, ``length``, ``scheduled``, ``stats``,
-``purge``) plus fencekit's dead-letter record (``dead_letters``, ``revive``).
+``purge``, ``schedule``) plus fencekit's dead-letter record (``dead_letters``, ``revive``).
 Every read goes to the keys of ``fencekit._redis.keys``; nothing is cached.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, cast
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 import redis.asyncio
@@ -17,9 +18,12 @@ import redis.asyncio
 from fencekit._redis import scripts
 from fencekit._redis.keys import KeySpace, validate_queue
 from fencekit._redis.run import arun, as_text, translated
-from fencekit.errors import PayloadError
+from fencekit.errors import ConfigError, PayloadError
 from fencekit.queue import codec
 from fencekit.queue.task import Task
+
+if TYPE_CHECKING:
+    from fencekit.queue.client import Client
 
 __all__ = ["DeadLetter", "Queue", "QueueStats", "ScheduledTask"]
 
@@ -36,7 +40,8 @@ class QueueStats:
     invariant I6 of ``docs/design.md``); ``failed`` tasks permanently dropped (retries exhausted, no worker,
     malformed); ``dead`` the failed ones kept as dead letters; ``fenced_out``
     settlements refused because the delivery was stale; ``retried`` attempts
-    scheduled again (after an exception or a crash).
+    scheduled again (after an exception, a timeout or a crash); ``expired``
+    tasks dropped unrun because their ``expires`` time had passed.
     """
 
     processed: int = 0
@@ -47,6 +52,7 @@ class QueueStats:
     enqueued: int = 0
     purged: int = 0
     revived: int = 0
+    expired: int = 0
 
     @classmethod
     def from_hash(cls, raw: dict[Any, Any]) -> QueueStats:
@@ -80,11 +86,25 @@ class DeadLetter:
 class Queue:
     """Operations on one queue; get one from :meth:`Client.queue`."""
 
-    def __init__(self, client: redis.asyncio.Redis, keys: KeySpace, name: str) -> None:
+    def __init__(
+        self, client: redis.asyncio.Redis, keys: KeySpace, name: str, *, producer: Client | None = None
+    ) -> None:
         self.name = validate_queue(name)
         self._client = client
         self._keys = keys
         self._qk = keys.queue(name)
+        self._producer = producer
+
+    async def schedule(self, task: Task, run_at: datetime) -> str:
+        """Enqueue ``task`` (of this queue) to start at ``run_at``, an aware datetime; returns its jid.
+
+        The kickdown 0.5 spelling of ``client.enqueue(task, at=run_at)``.
+        """
+        if self._producer is None:
+            raise ConfigError(f"this handle of {self.name!r} cannot enqueue: get it from Client.queue()")
+        if task.queue != self.name:
+            raise ConfigError(f"task of queue {task.queue!r} scheduled through the handle of {self.name!r}")
+        return await self._producer.enqueue(task, at=run_at)
 
     async def pending(self) -> list[Task]:
         """Tasks waiting to be claimed, oldest first (non-destructive).
@@ -117,8 +137,18 @@ class Queue:
                 env = codec.decode(raw)
             except PayloadError:
                 continue
+            task = Task.from_envelope(env)
             out.append(
-                ScheduledTask(env.queue, env.operation, env.params, env.jid, env.attempt, score / 1000)
+                ScheduledTask(
+                    task.queue,
+                    task.operation,
+                    task.params,
+                    task.jid,
+                    task.attempt,
+                    timeout=task.timeout,
+                    expires=task.expires,
+                    due_at=score / 1000,
+                )
             )
         return out
 

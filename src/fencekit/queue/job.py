@@ -17,13 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from fencekit._redis import scripts
 from fencekit._redis.keys import job_resource
 from fencekit._redis.scripts import Call
-from fencekit.errors import NoCurrentJob
+from fencekit.errors import FencedOutError, NoCurrentJob
 from fencekit.primitives.fence import FenceRules
 from fencekit.primitives.tokens import FenceToken
 
@@ -52,7 +52,7 @@ class Job:
     first read.
     """
 
-    __slots__ = ("_attempt", "_delivery", "_jid", "_operation", "_params", "_site", "_token")
+    __slots__ = ("_attempt", "_delivery", "_jid", "_operation", "_params", "_site", "_timed_out", "_token")
 
     def __init__(
         self, jid: str, operation: str, attempt: int, params: dict[str, Any], delivery: int, site: JobSite
@@ -64,6 +64,7 @@ class Job:
         self._delivery = delivery
         self._site = site
         self._token: FenceToken | None = None
+        self._timed_out: float | None = None
 
     @property
     def jid(self) -> str:
@@ -99,13 +100,22 @@ class Job:
             f"attempt={self._attempt})"
         )
 
+    def time_out(self, seconds: float) -> None:
+        """Its run timed out: from now on its writes are refused here, before Redis refuses them too."""
+        self._timed_out = seconds
+
     async def set_if_fresh(self, key: str, value: str | bytes | int | float) -> None:
         """``SET key value`` while this delivery is the task's current one (one atomic script).
 
         It goes over the consumer's hot-path connection, and raises
         :class:`~fencekit.errors.FencedOutError` once the delivery was reaped,
-        returned or finished, or a newer one exists.
+        returned, finished or timed out, or a newer one exists.
         """
+        if self._timed_out is not None:
+            raise FencedOutError(
+                f"delivery {self._delivery} of task {self._jid} timed out after {self._timed_out:g}s; "
+                "its writes are refused"
+            )
         site = self._site
         token, fence, target, value = site.rules.write(self.token, key, value)
         call = scripts.job_set(
@@ -113,9 +123,11 @@ class Job:
         )
         await site.run(call)
 
-    async def enqueue(self, task: Task, *, delay: float | timedelta | None = None) -> str:
+    async def enqueue(
+        self, task: Task, *, delay: float | timedelta | None = None, at: datetime | None = None
+    ) -> str:
         """Enqueue a follow-up task on this consumer's connection; returns its jid."""
-        return await self._site.client.enqueue(task, delay=delay)
+        return await self._site.client.enqueue(task, delay=delay, at=at)
 
 
 def current_job() -> Job:

@@ -1,16 +1,18 @@
 """Running one claimed task: decode it, find its worker, run ``perform``, record the outcome.
 
 The outcome goes to the consumer's :class:`~fencekit.queue.outbox.Outbox`,
-never straight to Redis: success is an ack; an exception is a retry after
-the policy's delay or, once retries are spent, a failure; bad input (an
-envelope that does not decode, an operation no worker handles) is a dead
-letter with its reason (invariant I7). Inside ``perform``,
+never straight to Redis: success is an ack; an exception, or a run past its
+``timeout``, is a retry after the policy's delay or, once retries are spent,
+a failure (logged with its traceback); a task past its ``expires`` time is
+dropped unrun; bad input (an envelope that does not decode, an operation no
+worker handles) is a dead letter with its reason (invariant I7). Inside ``perform``,
 :func:`~fencekit.queue.job.current_job` returns this delivery.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -27,7 +29,7 @@ from fencekit.queue.histogram import DurationHistogram
 from fencekit.queue.job import Job, JobSite, set_current
 from fencekit.queue.outbox import Outbox
 from fencekit.queue.settle import Delivery, Retention
-from fencekit.queue.worker import RetryPolicy, WorkerRegistry
+from fencekit.queue.worker import RetryPolicy, WorkerRegistry, WorkerSpec
 
 if TYPE_CHECKING:
     from fencekit.queue.client import Client
@@ -51,6 +53,8 @@ class ConsumerStats:
     returned: int = 0
     lost: int = 0
     """Settlements refused because Redis lost its data after the task was claimed."""
+    expired: int = 0
+    """Tasks dropped unrun because their ``expires`` time had passed when claimed."""
     durations: DurationHistogram = field(default_factory=DurationHistogram)
 
 
@@ -86,6 +90,8 @@ class Performer:
         rules = FenceRules(keys.prefix, timedelta(milliseconds=retention.fence_ttl_ms))
         self.sites = {q: JobSite(q, hash_key, rules, run_call, client) for q, hash_key in inflight.items()}
         self.info = logger.isEnabledFor(logging.INFO)
+        self.abandoned: set[asyncio.Future[Any]] = set()
+        """Runs cancelled by their timeout that have not ended yet (cancelled again at stop)."""
 
     def delivery(self, queue: str, token: int, raw: bytes = b"") -> Delivery:
         return Delivery(queue, self.inflight[queue], token, raw)
@@ -105,15 +111,30 @@ class Performer:
             self.logger.error("task %s dead-lettered: %s", envelope.jid, reason)
             self._dead(queue, token, envelope.jid, reason)
             return
-        site = self.sites[queue]
-        set_current(Job(envelope.jid, envelope.operation, envelope.attempt, envelope.params, token, site))
+        if envelope.expires_at is not None and time.time_ns() // 1_000_000 > envelope.expires_at:
+            self._expired(queue, token, envelope)
+            return
+        job = Job(
+            envelope.jid, envelope.operation, envelope.attempt, envelope.params, token, self.sites[queue]
+        )
+        set_current(job)
         if self.info:
             self.logger.info(
-                "task %s started: %s/%s attempt %d", envelope.jid, queue, envelope.operation, envelope.attempt
+                "task %s started: %s/%s attempt %d of %d",
+                envelope.jid,
+                queue,
+                envelope.operation,
+                envelope.attempt + 1,
+                spec.policy.runs(),
             )
+        timeout = envelope.timeout if envelope.timeout is not None else spec.timeout
         started = time.perf_counter()
         try:
-            await spec.perform(envelope.params)
+            if timeout is None:
+                await spec.perform(envelope.params)
+            elif not await self._within(job, spec, envelope, timeout):
+                self._failed(queue, token, envelope, spec.policy, None, timeout)
+                return
         except asyncio.CancelledError:
             raise  # stopping: the task goes back to its queue with the same attempt
         except Exception as exc:
@@ -126,27 +147,85 @@ class Performer:
         self.outbox.ack(queue, token, envelope.jid)
         self.wake()
 
+    async def _within(self, job: Job, spec: WorkerSpec, envelope: codec.Envelope, timeout: float) -> bool:
+        """Run ``perform`` for at most ``timeout`` s: True if it returned, False if it timed out.
+
+        On expiry the run is cancelled and not waited for (a job that swallows
+        the cancellation runs on, but its writes are refused: :meth:`Job.time_out`
+        here at once, and in Redis once the outcome lands).
+        """
+        run = asyncio.ensure_future(spec.perform(envelope.params))  # copies the context: current_job()
+        try:
+            done, _ = await asyncio.wait((run,), timeout=timeout)
+        except asyncio.CancelledError:
+            run.cancel()
+            raise
+        if done:
+            run.result()  # its exception, if it raised one
+            return True
+        job.time_out(timeout)
+        run.cancel()
+        self.abandoned.add(run)
+        run.add_done_callback(functools.partial(self._abandoned_done, envelope, time.monotonic()))
+        return False
+
+    def _abandoned_done(self, envelope: codec.Envelope, since: float, run: asyncio.Future[Any]) -> None:
+        self.abandoned.discard(run)
+        if not run.cancelled():
+            self.logger.warning(
+                "task %s (%s/%s) ignored the cancellation of its timeout and ran %.3fs more; "
+                "its writes after the timeout were refused",
+                envelope.jid,
+                envelope.queue,
+                envelope.operation,
+                time.monotonic() - since,
+            )
+            if run.exception() is not None:
+                self.logger.debug("task %s ended with %r after its timeout", envelope.jid, run.exception())
+
+    def _expired(self, queue: str, token: int, envelope: codec.Envelope) -> None:
+        self.stats.expired += 1
+        if self.info:
+            self.logger.info(
+                "task %s (%s/%s) expired before it started: dropped", envelope.jid, queue, envelope.operation
+            )
+        call = settle.drop(self.keys, self.delivery(queue, token), "expired")
+        self.outbox.settle(queue, token, call, envelope.jid)
+        self.wake()
+
     def _failed(
-        self, queue: str, token: int, envelope: codec.Envelope, policy: RetryPolicy, exc: Exception
+        self,
+        queue: str,
+        token: int,
+        envelope: codec.Envelope,
+        policy: RetryPolicy,
+        exc: Exception | None,
+        timeout: float | None = None,
     ) -> None:
+        """A failed attempt (``exc`` raised, or ``timeout`` expired): retry it, or fail for good."""
         following = policy.next_attempt(envelope.attempt)
         delivery = self.delivery(queue, token)
+        attempt = f"attempt {envelope.attempt + 1} of {policy.runs()}"
+        if timeout is not None:
+            what = (
+                f"task {envelope.jid} ({queue}/{envelope.operation}) timed out after {timeout:g}s ({attempt})"
+            )
+        else:
+            what = f"task {envelope.jid} failed ({attempt})"
         if following is None:
             self.stats.failed += 1
-            self.logger.error(
-                "task %s failed permanently after %d attempt(s): %r", envelope.jid, envelope.attempt + 1, exc
-            )
+            if exc is not None:
+                self.logger.error("%s, no retry left: %s", what, _first_line(exc), exc_info=exc)
+            else:
+                self.logger.error("%s, no retry left", what)
             call = settle.fail(self.keys, delivery, jid=envelope.jid, retention=self.retention)
         else:
             delay = policy.delay(envelope.attempt)
             self.stats.retried += 1
-            self.logger.warning(
-                "task %s failed (attempt %d), retrying in %.1fs: %r",
-                envelope.jid,
-                envelope.attempt + 1,
-                delay,
-                exc,
-            )
+            if exc is not None:
+                self.logger.warning("%s, retrying in %.1fs: %s", what, delay, _first_line(exc))
+            else:
+                self.logger.warning("%s, retrying in %.1fs", what, delay)
             call = settle.retry(self.keys, delivery, envelope, following, delay)
         self.outbox.settle(queue, token, call, envelope.jid)
         self.wake()
@@ -162,3 +241,9 @@ class Performer:
         )
         self.outbox.settle(queue, token, call, jid)
         self.wake()
+
+
+def _first_line(exc: BaseException) -> str:
+    """``Type: first line of the message`` (a retry's log line; the final failure logs the traceback)."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__

@@ -2,9 +2,10 @@
 
 Every way a delivery leaves a consumer's in-flight hash -- acknowledged
 (``ack_claim.lua``, in the consumer's turn), retried later (``retry.lua``),
-returned to the head of its queue (``requeue.lua``), or finished as failed or
-dead-lettered (``fail.lua``) -- is built here once, so the single-process
-``Server``, the pool and the reaper settle tasks by the same rules. Each
+returned to the head of its queue (``requeue.lua``), finished as failed or
+dead-lettered (``fail.lua``), or dropped unrun as expired (``drop.lua``) --
+is built here once, so the single-process ``Server``, the pool and the
+reaper settle tasks by the same rules. Each
 call acts only while the :class:`Delivery` is still in flight (invariant I3).
 """
 
@@ -32,6 +33,7 @@ __all__ = [
     "after_stop",
     "corrupt",
     "delivery_token",
+    "drop",
     "fail",
     "requeue",
     "retry",
@@ -136,6 +138,16 @@ def fail(
         record=record,
         dead_id=uuid7(),
         keep_dead=retention.keep_dead,
+    )
+
+
+def drop(keys: KeySpace, delivery: Delivery, counter: str) -> scripts.Call:
+    """Finish unrun, counted under ``counter`` ("expired": it was not started in time)."""
+    return scripts.drop(
+        inflight=delivery.inflight,
+        stats=keys.queue(delivery.queue).stats,
+        token=delivery.token,
+        counter=counter,
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from fencekit._redis.keys import MAX_JID, is_jid, validate_queue
@@ -18,6 +19,10 @@ class Task:
 
     ``jid`` is generated (a time-sortable UUIDv7) when left ``None``;
     ``attempt`` counts the runs that already failed, and is normally left 0.
+    ``timeout`` (seconds or a timedelta) overrides the worker's ``timeout`` for
+    this task; ``expires`` (seconds or a timedelta from the enqueue, or an
+    aware datetime) is when the task, if it has not started, is dropped as
+    expired instead of run.
     """
 
     queue: str
@@ -25,6 +30,8 @@ class Task:
     params: dict[str, Any] = field(default_factory=dict)
     jid: str | None = None
     attempt: int = 0
+    timeout: float | timedelta | None = None
+    expires: float | timedelta | datetime | None = None
 
     def envelope(self, max_payload: int = codec.DEFAULT_MAX_PAYLOAD) -> bytes:
         """Validate the task, fill in ``jid``, and return its encoded envelope."""
@@ -42,8 +49,16 @@ class Task:
                 f"jid must be 1 to {MAX_JID} printable characters without whitespace, got {self.jid!r}"
             )
         codec.check_params(self.params)
+        now_ms = time.time_ns() // 1_000_000
         raw = codec.encode(
-            self.jid, self.queue, self.operation, self.params, self.attempt, time.time_ns() // 1_000_000
+            self.jid,
+            self.queue,
+            self.operation,
+            self.params,
+            self.attempt,
+            now_ms,
+            timeout=_timeout(self.timeout),
+            expires_at=_expires_at(self.expires, now_ms),
         )
         if len(raw) > max_payload:
             raise PayloadError(
@@ -53,4 +68,52 @@ class Task:
 
     @classmethod
     def from_envelope(cls, envelope: codec.Envelope) -> Task:
-        return cls(envelope.queue, envelope.operation, envelope.params, envelope.jid, envelope.attempt)
+        expires = (
+            datetime.fromtimestamp(envelope.expires_at / 1000, timezone.utc)
+            if envelope.expires_at is not None
+            else None
+        )
+        return cls(
+            envelope.queue,
+            envelope.operation,
+            envelope.params,
+            envelope.jid,
+            envelope.attempt,
+            envelope.timeout,
+            expires,
+        )
+
+
+def seconds_of(value: object, label: str) -> float:
+    """Seconds in a number or a timedelta; :class:`PayloadError` names ``label`` otherwise."""
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if type(seconds) not in (int, float):
+        raise PayloadError(f"{label} must be a number of seconds or a timedelta, got {value!r}")
+    return float(seconds)  # type: ignore[arg-type]
+
+
+def unix_ms(when: datetime, label: str) -> int:
+    """Unix ms of an aware datetime (a naive one is refused: whose clock would it be?)."""
+    if when.tzinfo is None or when.utcoffset() is None:
+        raise PayloadError(f"{label} must be a timezone-aware datetime, got the naive {when!r}")
+    return round(when.timestamp() * 1000)
+
+
+def _timeout(value: float | timedelta | None) -> float | None:
+    if value is None:
+        return None
+    seconds = seconds_of(value, "timeout")
+    if not codec.is_timeout(seconds):
+        raise PayloadError(f"timeout must be a positive, finite number of seconds, got {value!r}")
+    return seconds
+
+
+def _expires_at(value: float | timedelta | datetime | None, now_ms: int) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return unix_ms(value, "expires")
+    seconds = seconds_of(value, "expires")
+    if not 0 < seconds < 1e11:
+        raise PayloadError(f"expires must be a positive number of seconds, got {value!r}")
+    return now_ms + round(seconds * 1000)

@@ -2,8 +2,10 @@
 
 A worker is a class or an instance with ``queue``, ``operation`` and an async
 ``perform(payload)`` (a classmethod/staticmethod on a class, or a method on an
-instance); optional ``retry`` (bool, default True) and ``retry_count`` (int
->= 0, default 1). Workers are resolved by their ``(queue, operation)`` pair.
+instance); optional ``retry`` (bool, default True), ``retry_count`` (int
+>= 0, default 1) and ``timeout`` (seconds a run may take, default None: no
+limit; ``Task(timeout=...)`` overrides it per task). Workers are resolved by
+their ``(queue, operation)`` pair.
 
 The retry rule lives here once, for failures raised by ``perform`` and for
 crashes found by the reaper alike: a task that has failed ``attempt`` times
@@ -16,10 +18,12 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Protocol, runtime_checkable
 
 from fencekit._redis.keys import validate_queue
 from fencekit.errors import ConfigError
+from fencekit.queue.codec import is_timeout
 
 RETRY_BASE_DELAY = 1.0
 RETRY_BACKOFF = 1.5
@@ -52,6 +56,10 @@ class RetryPolicy:
             return attempt + 1
         return None
 
+    def runs(self) -> int:
+        """The most runs a task gets: 1 + ``retry_count`` with retries on, else 1 (for log lines)."""
+        return 1 + self.retry_count if self.retry else 1
+
     def delay(self, attempt: int) -> float:
         """Seconds to wait before re-running a task that failed ``attempt`` times before.
 
@@ -74,6 +82,7 @@ class WorkerSpec:
     perform: Callable[[dict[str, Any]], Awaitable[None]]
     name: str
     source: object
+    timeout: float | None = None
 
 
 def _name(worker: object) -> str:
@@ -122,6 +131,14 @@ def inspect_worker(worker: object) -> WorkerSpec:
     retry_count = getattr(worker, "retry_count", 1)
     if type(retry_count) is not int or retry_count < 0:
         raise ConfigError(f"worker {name}: attribute 'retry_count' must be an int >= 0, got {retry_count!r}")
+    timeout = getattr(worker, "timeout", None)
+    if isinstance(timeout, timedelta):
+        timeout = timeout.total_seconds()
+    if timeout is not None and not is_timeout(timeout):
+        raise ConfigError(
+            f"worker {name}: attribute 'timeout' must be None or a positive number of seconds, "
+            f"got {getattr(worker, 'timeout', None)!r}"
+        )
     return WorkerSpec(
         queue=queue,
         operation=worker.operation,  # type: ignore[attr-defined]
@@ -129,6 +146,7 @@ def inspect_worker(worker: object) -> WorkerSpec:
         perform=perform,
         name=name,
         source=worker,
+        timeout=float(timeout) if timeout is not None else None,
     )
 
 

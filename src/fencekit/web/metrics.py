@@ -52,7 +52,8 @@ _COUNTERS = (
     ("failed", "Tasks permanently dropped: retries exhausted, no worker, malformed."),
     ("fenced_out", "Settlements refused because the delivery was no longer current."),
     ("dead", "Failed tasks kept as dead letters."),
-    ("retried", "Attempts scheduled again after an exception or a crash."),
+    ("retried", "Attempts scheduled again after an exception, a timeout or a crash."),
+    ("expired", "Tasks dropped unrun because their expires time had passed."),
     ("enqueued", "Tasks accepted into the queue (revived ones included)."),
 )
 
