@@ -20,6 +20,10 @@ from fencekit.errors import (
     FenceKitError,
     IdempotencyNotOwned,
     IdempotencyResultMissing,
+    JobCancelled,
+    JobExpired,
+    JobFailed,
+    JobNotFound,
     LockNotAcquired,
     LockNotOwned,
     NoCurrentJob,
@@ -35,6 +39,7 @@ from fencekit.primitives.tokens import BeginOutcome, FenceToken, LockHandle
 from fencekit.queue.client import Client
 from fencekit.queue.handle import DeadLetter, Queue, QueueStats, ScheduledTask
 from fencekit.queue.job import Job, current_job
+from fencekit.queue.records import JobError, JobInfo, JobStatus, Progress
 from fencekit.queue.task import Task
 from fencekit.queue.worker import Performable, RetryPolicy, Worker
 from fencekit.runtime.app import App
@@ -65,8 +70,12 @@ __all__ = [  # noqa: RUF022 - grouped by topic
     "Client",
     "DeadLetter",
     "Job",
+    "JobError",
+    "JobInfo",
+    "JobStatus",
     "Performable",
     "Pool",
+    "Progress",
     "Queue",
     "QueueStats",
     "RetryPolicy",
@@ -88,6 +97,10 @@ __all__ = [  # noqa: RUF022 - grouped by topic
     "FencedOutError",
     "IdempotencyNotOwned",
     "IdempotencyResultMissing",
+    "JobCancelled",
+    "JobExpired",
+    "JobFailed",
+    "JobNotFound",
     "LockNotAcquired",
     "LockNotOwned",
     "NoCurrentJob",

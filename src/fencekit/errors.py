@@ -14,7 +14,11 @@
     ├── EncodeError (TypeError)      a value the RESP encoder cannot frame
     ├── StoreError                   Redis failed, timed out or went away mid-call
     │   └── DurabilityError          accepted by the master, not confirmed by enough replicas
-    └── NoCurrentJob (RuntimeError)  current_job() outside a running job
+    ├── NoCurrentJob (RuntimeError)  current_job() outside a running job
+    ├── JobNotFound (LookupError)    no record of that jid: never kept, or forgotten
+    ├── JobFailed                    Client.result() of a task that failed (.error)
+    └── JobCancelled                 Client.result() of a task cancelled before it finished
+        └── JobExpired               ... or dropped unrun past its expires time
 
 Redis errors become ours at one boundary (``fencekit._redis.run``:
 ``translate_error`` for redis-py's exceptions, ``translate_reply`` for an
@@ -41,6 +45,10 @@ __all__ = [
     "FencedOutError",
     "IdempotencyNotOwned",
     "IdempotencyResultMissing",
+    "JobCancelled",
+    "JobExpired",
+    "JobFailed",
+    "JobNotFound",
     "LockNotAcquired",
     "LockNotOwned",
     "NoCurrentJob",
@@ -121,6 +129,26 @@ class DurabilityError(StoreError):
 
 class NoCurrentJob(FenceKitError, RuntimeError):
     """``current_job()`` was called outside a running job's ``perform``."""
+
+
+class JobNotFound(FenceKitError, LookupError):
+    """No record of the task: it keeps none (``keep_result=0``), or it was forgotten."""
+
+
+class JobFailed(FenceKitError):
+    """The task failed for good; :attr:`error` is its last error (type, message, traceback)."""
+
+    def __init__(self, message: str, error: object = None) -> None:
+        super().__init__(message)
+        self.error = error
+
+
+class JobCancelled(FenceKitError):
+    """The task was cancelled before it finished."""
+
+
+class JobExpired(JobCancelled):
+    """The task was dropped unrun: its ``expires`` time had passed when it was claimed."""
 
 
 #: Error-reply prefixes used by fencekit's Lua scripts, mapped to exceptions.

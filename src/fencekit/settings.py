@@ -153,6 +153,16 @@ class ClientOptions(TypedDict, total=False):
         float,
         Option(1.0, "seconds WAIT may take before DurabilityError", check=positive, metavar="S"),
     ]
+    keep_result: Annotated[
+        float,
+        Option(
+            3600.0,
+            "seconds a finished task's record (status, result, error) is kept; 0: tasks keep no "
+            "record (the fastest path; client.job() then knows nothing of them)",
+            check=at_least(0.0),
+            metavar="S",
+        ),
+    ]
 
 
 class ServerOptions(ClientOptions, total=False):
@@ -210,6 +220,21 @@ class ServerOptions(ClientOptions, total=False):
     ]
     keep_dead: Annotated[
         int, Option(10_000, "dead letters kept per queue (oldest dropped)", check=at_least(0), metavar="N")
+    ]
+    keep_finished: Annotated[
+        int,
+        Option(
+            10_000, "finished task records kept per queue (oldest dropped)", check=at_least(0), metavar="N"
+        ),
+    ]
+    keep_failed: Annotated[
+        int,
+        Option(
+            1_000,
+            "failed tasks kept per queue with their traceback, for retry_failed (oldest dropped)",
+            check=at_least(0),
+            metavar="N",
+        ),
     ]
     link: Annotated[
         str, Option("lean", "hot-path connection: lean or redis-py (benchmarks)", check=_link, flag=False)

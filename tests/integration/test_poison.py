@@ -191,10 +191,11 @@ class Fenced:
 
 
 async def test_ten_thousand_fenced_jobs_leave_no_key_per_job(redis_url: str) -> None:
-    """A job's fenced write checks its delivery's in-flight record: no per-job fence key, ever."""
+    """A job's fenced write checks its delivery's in-flight record: no per-job fence key, ever
+    (and with ``keep_result=0`` no record either)."""
     r = redis.Redis.from_url(redis_url)
     server = new_server(redis_url, Fenced, concurrency=64)
-    async with Client(redis_url) as client, running(server):
+    async with Client(redis_url, keep_result=0) as client, running(server):
         for start in range(0, 10_000, 1_000):
             await client.enqueue_many(
                 [Task("memory", "write", {"i": i}) for i in range(start, start + 1_000)]
@@ -204,3 +205,24 @@ async def test_ten_thousand_fenced_jobs_leave_no_key_per_job(redis_url: str) -> 
     r.close()
     assert not [k for k in keys if k.startswith("fencekit:fence:")], keys[:10]
     assert len(keys) <= 8, keys  # stats, token counter, the registry, the one target: not one per job
+
+
+async def test_kept_records_are_bounded_by_keep_finished_whatever_the_number_of_jobs(redis_url: str) -> None:
+    """With records kept (the default ``keep_result``), a queue holds at most ``keep_finished`` of them."""
+    r = redis.Redis.from_url(redis_url)
+    server = new_server(redis_url, Fenced, concurrency=64, keep_finished=50)
+    async with Client(redis_url) as client, running(server):
+        for start in range(0, 2_000, 500):
+            await client.enqueue_many([Task("memory", "write", {"i": i}) for i in range(start, start + 500)])
+        await eventually(lambda: stats(r, "memory")["processed"] == 2_000, timeout=60, what="2,000 jobs")
+        newest = await client.job(
+            r.zrevrange("fencekit:{memory}:finished", 0, 0)[0].decode().rsplit(":", 1)[1]
+        )
+    records = [k for k in r.scan_iter(match="fencekit:{memory}:job:*", count=1000)]
+    assert len(records) == 50
+    assert r.zcard("fencekit:{memory}:finished") == 50
+    assert all(0 < r.pttl(k) <= 3_600_000 for k in records)  # each also expires after keep_result
+    assert newest is not None
+    assert newest.status.value == "done"
+    assert not [k for k in r.scan_iter(match="fencekit:fence:*")]
+    r.close()

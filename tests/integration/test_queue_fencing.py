@@ -474,7 +474,10 @@ def test_i5_every_queue_script_runs_on_redis_cluster(tmp_path: Any, server_binar
                     )
                     == 1
                 )
-                assert run(client, scripts.purge(pending=qk.pending, stats=qk.stats)) == 1
+                assert (
+                    run(client, scripts.purge(pending=qk.pending, stats=qk.stats, record_prefix=qk.job("")))
+                    == 1
+                )
                 failed_token = int(reply[1])
                 with pytest.raises(FencedOutError):  # the failed delivery left its in-flight hash
                     run(

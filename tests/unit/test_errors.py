@@ -39,6 +39,10 @@ from fencekit.errors import (
     FenceKitError,
     IdempotencyNotOwned,
     IdempotencyResultMissing,
+    JobCancelled,
+    JobExpired,
+    JobFailed,
+    JobNotFound,
     LockNotAcquired,
     LockNotOwned,
     NoCurrentJob,
@@ -66,6 +70,10 @@ TREE: dict[type[BaseException], tuple[type[BaseException], ...]] = {
     StoreError: (FenceKitError,),
     DurabilityError: (StoreError,),
     NoCurrentJob: (FenceKitError, RuntimeError),
+    JobNotFound: (FenceKitError, LookupError),
+    JobFailed: (FenceKitError,),
+    JobCancelled: (FenceKitError,),
+    JobExpired: (JobCancelled,),
 }
 
 #: Modules that run a program when imported (``python -m ...``): read, never imported.

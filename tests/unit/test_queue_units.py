@@ -502,6 +502,16 @@ def every_call(keys: KeySpace, queue: str) -> dict[str, scripts.Call]:
             delay_ms=0,
             envelopes=[b"{}"],
         ),
+        "enqueue_tracked": scripts.enqueue_tracked(
+            pending=qk.pending,
+            scheduled=qk.scheduled,
+            stats=qk.stats,
+            wake=qk.wake,
+            delay_ms=0,
+            keep_ms=1000,
+            envelopes=[b"{}"],
+            records=[qk.job("j")],
+        ),
         "ack_claim": scripts.ack_claim(
             pending=qk.pending,
             inflight=inflight,
@@ -510,9 +520,20 @@ def every_call(keys: KeySpace, queue: str) -> dict[str, scripts.Call]:
             wake=qk.wake,
             want=1,
             acks=[1],
+            recorded=[scripts.RecordedAck(qk.job("j"), 2, "j", b"1", 1000, b"")],
+            finished=qk.finished,
+            channel=qk.done_channel,
+            keep_finished=10,
         ),
         "retry": scripts.retry(
-            inflight=inflight, scheduled=qk.scheduled, stats=qk.stats, token=1, delay_ms=1, envelope=b"{}"
+            inflight=inflight,
+            scheduled=qk.scheduled,
+            stats=qk.stats,
+            token=1,
+            delay_ms=1,
+            envelope=b"{}",
+            record=qk.job("j"),
+            error=b"{}",
         ),
         "requeue": scripts.requeue(
             inflight=inflight,
@@ -524,6 +545,7 @@ def every_call(keys: KeySpace, queue: str) -> dict[str, scripts.Call]:
             envelope=b"{}",
             counter="",
             fence_ttl_ms=1000,
+            record=qk.job("j"),
         ),
         "fail": scripts.fail(
             inflight=inflight,
@@ -534,13 +556,35 @@ def every_call(keys: KeySpace, queue: str) -> dict[str, scripts.Call]:
             record=b"",
             dead_id="d",
             keep_dead=10,
+            job=scripts.JobRecordKeys(qk.job("j"), qk.finished, qk.failed),
+            error=b"{}",
+            keep_failed=10,
+            keep_finished=10,
         ),
-        "drop": scripts.drop(inflight=inflight, stats=qk.stats, token=1, counter="expired"),
+        "drop": scripts.drop(
+            inflight=inflight,
+            stats=qk.stats,
+            token=1,
+            counter="expired",
+            job=scripts.JobRecordKeys(qk.job("j"), qk.finished, qk.failed),
+            keep_finished=10,
+        ),
+        "job_info": scripts.job_info(record=qk.job("j"), inflight=[inflight, qk.inflight("c2")], jid="j"),
+        "job_progress": scripts.job_progress(inflight=inflight, record=qk.job("j"), token=1, progress=b"{}"),
+        "failed_retry": scripts.failed_retry(
+            failed=qk.failed,
+            record=qk.job("j"),
+            pending=qk.pending,
+            stats=qk.stats,
+            wake=qk.wake,
+            envelope=b"{}",
+            keep_ms=0,
+        ),
         "job_set": scripts.job_set(
             inflight=inflight, fence=job_fence, target=f"{{{queue}}}:result", token=1, value="v"
         ),
         "schedule": scripts.schedule(scheduled=qk.scheduled, pending=qk.pending, wake=qk.wake, limit=10),
-        "purge": scripts.purge(pending=qk.pending, stats=qk.stats),
+        "purge": scripts.purge(pending=qk.pending, stats=qk.stats, record_prefix=qk.job("")),
         "dead_revive": scripts.dead_revive(
             dead=qk.dead,
             dead_index=qk.dead_index,
@@ -549,6 +593,7 @@ def every_call(keys: KeySpace, queue: str) -> dict[str, scripts.Call]:
             wake=qk.wake,
             dead_id="d",
             envelope=b"",
+            record=qk.job("j"),
         ),
         "heartbeat": scripts.heartbeat(
             consumers=keys.consumers,
@@ -596,7 +641,13 @@ def test_queue_keys_follow_the_documented_layout_and_spread_over_slots() -> None
 def test_every_script_header_lists_as_many_keys_as_its_builder_passes() -> None:
     for name, call in every_call(KeySpace(), "q").items():
         declared = {int(n) for n in re.findall(r"^--\s*KEYS\[(\d+)\]", call.script.source, re.MULTILINE)}
-        assert declared == set(range(1, len(call.keys) + 1)), name
+        assert declared == set(range(1, len(declared) + 1)), name
+        ranged = re.findall(r"^--\s*KEYS\[(\d+)\.\.", call.script.source, re.MULTILINE)
+        if ranged:  # KEYS[k..]: as many as the call has, after the numbered ones
+            assert ranged == [str(len(declared) + 1)], name
+            assert len(call.keys) > len(declared), name
+        else:
+            assert len(call.keys) == len(declared), name
         assert "Reply" in call.script.source, name
 
 

@@ -20,7 +20,9 @@ KEYS = KeySpace()
 
 
 def _outbox(queues: Sequence[str] = ("a", "b")) -> Outbox:
-    def ack_claim(queue: str, want: int, acks: Sequence[int]) -> scripts.Call:
+    def ack_claim(
+        queue: str, want: int, acks: Sequence[int], recorded: Sequence[scripts.RecordedAck]
+    ) -> scripts.Call:
         qk = KEYS.queue(queue)
         return scripts.ack_claim(
             pending=qk.pending,
@@ -30,6 +32,10 @@ def _outbox(queues: Sequence[str] = ("a", "b")) -> Outbox:
             wake=qk.wake,
             want=want,
             acks=acks,
+            recorded=recorded,
+            finished=qk.finished,
+            channel=qk.done_channel,
+            keep_finished=10,
         )
 
     return Outbox(queues, ack_claim)
@@ -37,7 +43,9 @@ def _outbox(queues: Sequence[str] = ("a", "b")) -> Outbox:
 
 def _settle_call(queue: str) -> scripts.Call:
     qk = KEYS.queue(queue)
-    return scripts.purge(pending=qk.pending, stats=qk.stats)  # any call: the outbox does not read it
+    return scripts.purge(
+        pending=qk.pending, stats=qk.stats, record_prefix=""
+    )  # any call: the outbox does not read it
 
 
 # -- the outbox -----------------------------------------------------------------------
@@ -51,7 +59,7 @@ def test_a_turn_sends_settles_first_then_one_ack_claim_per_queue_in_order() -> N
     turn = box.take("a", 3)
     assert [type(i) for i in turn.items] == [Settle, AckClaim, AckClaim]
     assert [(i.queue, i.acks, i.want) for i in turn.items[1:]] == [("a", [5], 3), ("b", [11], 0)]
-    assert turn.calls[1].args == (3, 5)  # want, then the acks
+    assert turn.calls[1].args == (3, 1, 5)  # want, how many plain acks, the acks
     assert turn.claims
     assert turn.settles
     assert not box  # everything went into the turn
@@ -89,6 +97,28 @@ def test_the_outbox_knows_which_deliveries_wait_in_it_or_in_a_turn() -> None:
     assert turn.tokens("b") == set()
     assert box.done("a", 1) is None
     assert box.jid("a", 1) is None
+
+
+def test_recorded_acks_travel_with_their_record_and_survive_a_failed_turn() -> None:
+    box = _outbox()
+    qk = KEYS.queue("a")
+    rec = scripts.RecordedAck(qk.job("j2"), 2, "j2", b'"ok"', 5000, b"")
+    box.ack("a", 1, "j1")
+    box.ack("a", 2, "j2", rec)
+    box.ack("a", 3, "j3")
+    first = box.take(None, 0)
+    call = first.calls[0]
+    assert call.args[:5] == (0, 2, 1, 3, qk.done_channel)  # plain acks first, then the channel
+    assert call.args[5:] == (10, 2, "j2", b'"ok"', 5000, b"")  # keep_finished, then the record's five
+    assert call.keys[5:] == (qk.finished, qk.job("j2"))
+    assert first.tokens("a") == {1, 2, 3}
+    box.restore(first)
+    again = box.take(None, 0)
+    assert again.calls[0].args == call.args  # the record went out again with its ack
+    for token in (1, 2, 3):
+        box.done("a", token)
+    box.ack("a", 2, "j2")  # the same token acked plain now: no stale record rides along
+    assert box.take(None, 0).calls[0].args == (0, 1, 2)
 
 
 def test_a_claim_from_a_queue_without_acks_is_its_own_ack_claim() -> None:

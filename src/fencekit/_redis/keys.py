@@ -21,6 +21,15 @@ Cluster too (invariant I5 of ``docs/design.md``). The schema, with ``P`` the pre
                                       {reason, jid, queue, token, consumer, at}
     P:{Q}:dead:index           ZSET   dead-letter id scored by time (ms)
     P:{Q}:wake                 LIST   at most one marker: "work may be waiting"
+    P:{Q}:job:<jid>            HASH   the task's record (only with keep_result > 0, or once it
+                                      failed): env, state, enqueued, due, token, result,
+                                      error, finished, progress, keep
+    P:{Q}:finished             ZSET   record keys of finished tasks by finish time (ms): the
+                                      newest keep_finished are kept
+    P:{Q}:failed               ZSET   record keys of failed tasks by finish time (ms): the
+                                      newest keep_failed are kept
+    P:{Q}:done                 (sharded pub/sub channel) the jid of each recorded task
+                                      that finished, for Client.result()
     P:fence:{Q}:job:<jid>      STRING highest token of the task's deliveries whose writes
                                       stand (raised past a reaped or returned delivery);
                                       the fence of ``current_job().set_if_fresh``
@@ -113,11 +122,19 @@ class QueueKeys:
     dead: str
     dead_index: str
     wake: str
+    finished: str
+    failed: str
+    done_channel: str
     _inflight_base: str
+    _job_base: str
 
     def inflight(self, consumer_id: str) -> str:
         """The in-flight hash of one consumer incarnation for this queue."""
         return self._inflight_base + consumer_id
+
+    def job(self, jid: str) -> str:
+        """The record of task ``jid``: its state, result or error, progress (``P:{Q}:job:<jid>``)."""
+        return self._job_base + jid
 
 
 def job_resource(queue: str, jid: str) -> str:
@@ -173,7 +190,11 @@ class KeySpace:
                 dead=base + "dead",
                 dead_index=base + "dead:index",
                 wake=base + "wake",
+                finished=base + "finished",
+                failed=base + "failed",
+                done_channel=base + "done",
                 _inflight_base=base + "inflight:",
+                _job_base=base + "job:",
             )
             self._queues[name] = keys
         return keys

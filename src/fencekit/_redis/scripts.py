@@ -18,6 +18,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
+from typing import NamedTuple
 
 from fencekit.errors import ConfigError
 
@@ -155,6 +156,34 @@ def enqueue(
     return call("enqueue", (pending, scheduled, stats, wake), (delay_ms, *envelopes))
 
 
+def enqueue_tracked(
+    *,
+    pending: str,
+    scheduled: str,
+    stats: str,
+    wake: str,
+    delay_ms: int,
+    keep_ms: int,
+    envelopes: Sequence[bytes],
+    records: Sequence[str],
+) -> Call:
+    """Accept tasks and write each one's record; reply count (``enqueue_tracked.lua``)."""
+    return call(
+        "enqueue_tracked", (pending, scheduled, stats, wake, *records), (delay_ms, keep_ms, *envelopes)
+    )
+
+
+class RecordedAck(NamedTuple):
+    """An ack whose task keeps a record: the result lands in it (``ack_claim.lua``)."""
+
+    record: str
+    token: int
+    jid: str
+    result: bytes
+    keep_ms: int
+    envelope: bytes  # b"" when the record exists already (written at enqueue)
+
+
 def ack_claim(
     *,
     pending: str,
@@ -164,17 +193,40 @@ def ack_claim(
     wake: str,
     want: int,
     acks: Sequence[Arg],
+    recorded: Sequence[RecordedAck] = (),
+    finished: str = "",
+    channel: str = "",
+    keep_finished: int = 0,
 ) -> Call:
-    """Acknowledge ``acks``, claim up to ``want``; reply ``{fenced, first, lost, envs…}``.
+    """Acknowledge ``acks`` and ``recorded``, claim up to ``want``; reply ``{fenced, first, lost, envs…}``.
 
     See ``ack_claim.lua``.
     """
-    return call("ack_claim", (pending, inflight, token_counter, stats, wake), (want, *acks))
+    keys: tuple[str, ...] = (pending, inflight, token_counter, stats, wake)
+    args: tuple[Arg, ...] = (want, len(acks), *acks)
+    if recorded:
+        keys = (*keys, finished, *(r.record for r in recorded))
+        extra: list[Arg] = [channel, keep_finished]
+        for r in recorded:
+            extra += (r.token, r.jid, r.result, r.keep_ms, r.envelope)
+        args = (*args, *extra)
+    return call("ack_claim", keys, args)
 
 
-def retry(*, inflight: str, scheduled: str, stats: str, token: int, delay_ms: int, envelope: bytes) -> Call:
-    """Schedule the next attempt; error ``FENCED`` (``retry.lua``)."""
-    return call("retry", (inflight, scheduled, stats), (token, delay_ms, envelope))
+def retry(
+    *,
+    inflight: str,
+    scheduled: str,
+    stats: str,
+    token: int,
+    delay_ms: int,
+    envelope: bytes,
+    record: str | None = None,
+    error: bytes = b"",
+) -> Call:
+    """Schedule the next attempt (and note it in ``record``); error ``FENCED`` (``retry.lua``)."""
+    keys = (inflight, scheduled, stats) if record is None else (inflight, scheduled, stats, record)
+    return call("retry", keys, (token, delay_ms, envelope, error))
 
 
 def requeue(
@@ -188,9 +240,21 @@ def requeue(
     envelope: bytes,
     counter: str,
     fence_ttl_ms: int,
+    record: str | None = None,
 ) -> Call:
     """Return a delivery to the head of its queue; error ``FENCED`` (``requeue.lua``)."""
-    return call("requeue", (inflight, pending, stats, wake, fence), (token, envelope, counter, fence_ttl_ms))
+    keys: tuple[str, ...] = (inflight, pending, stats, wake, fence)
+    if record is not None:
+        keys = (*keys, record)
+    return call("requeue", keys, (token, envelope, counter, fence_ttl_ms))
+
+
+class JobRecordKeys(NamedTuple):
+    """A task's record and the indexes of finished and failed records of its queue."""
+
+    record: str
+    finished: str
+    failed: str
 
 
 def fail(
@@ -203,14 +267,52 @@ def fail(
     record: bytes,
     dead_id: str,
     keep_dead: int,
+    job: JobRecordKeys | None = None,
+    error: bytes = b"",
+    keep_failed: int = 0,
+    keep_finished: int = 0,
 ) -> Call:
-    """Finish a delivery as failed (``record`` non-empty: dead letter); error ``FENCED`` (``fail.lua``)."""
-    return call("fail", (inflight, stats, dead, dead_index), (token, record, dead_id, keep_dead))
+    """Finish a delivery as failed (``record`` non-empty: dead letter); error ``FENCED`` (``fail.lua``).
+
+    With ``job`` the failure is kept as the task's record (``error`` in it).
+    """
+    keys: tuple[str, ...] = (inflight, stats, dead, dead_index)
+    if job is not None:
+        keys = (*keys, job.record, job.failed, job.finished)
+    return call("fail", keys, (token, record, dead_id, keep_dead, error, keep_failed, keep_finished))
 
 
-def drop(*, inflight: str, stats: str, token: int, counter: str) -> Call:
+def drop(
+    *,
+    inflight: str,
+    stats: str,
+    token: int,
+    counter: str,
+    job: JobRecordKeys | None = None,
+    keep_finished: int = 0,
+) -> Call:
     """Finish a delivery unrun, counted under ``counter``; error ``FENCED`` (``drop.lua``)."""
-    return call("drop", (inflight, stats), (token, counter))
+    keys: tuple[str, ...] = (inflight, stats)
+    if job is not None:
+        keys = (*keys, job.record, job.finished)
+    return call("drop", keys, (token, counter, keep_finished))
+
+
+def job_info(*, record: str, inflight: Sequence[str], jid: str) -> Call:
+    """A task's record and its running delivery, if any; reply ``{fields, token, env}`` (``job_info.lua``)."""
+    return call("job_info", (record, *inflight), (jid,))
+
+
+def job_progress(*, inflight: str, record: str, token: int, progress: bytes) -> Call:
+    """A running job's progress; reply 1 or 0, error ``FENCED`` (``job_progress.lua``)."""
+    return call("job_progress", (inflight, record), (token, progress))
+
+
+def failed_retry(
+    *, failed: str, record: str, pending: str, stats: str, wake: str, envelope: bytes, keep_ms: int
+) -> Call:
+    """Enqueue a kept failure again; reply 1 or 0 (``failed_retry.lua``)."""
+    return call("failed_retry", (failed, record, pending, stats, wake), (envelope, keep_ms))
 
 
 def job_set(*, inflight: str, fence: str, target: str, token: int, value: Arg) -> Call:
@@ -223,16 +325,27 @@ def schedule(*, scheduled: str, pending: str, wake: str, limit: int) -> Call:
     return call("schedule", (scheduled, pending, wake), (limit,))
 
 
-def purge(*, pending: str, stats: str) -> Call:
-    """Drop every waiting task; reply count (``purge.lua``)."""
-    return call("purge", (pending, stats), ())
+def purge(*, pending: str, stats: str, record_prefix: str) -> Call:
+    """Drop every waiting task and their records; reply count (``purge.lua``)."""
+    return call("purge", (pending, stats), (record_prefix,))
 
 
 def dead_revive(
-    *, dead: str, dead_index: str, pending: str, stats: str, wake: str, dead_id: str, envelope: bytes
+    *,
+    dead: str,
+    dead_index: str,
+    pending: str,
+    stats: str,
+    wake: str,
+    dead_id: str,
+    envelope: bytes,
+    record: str | None = None,
 ) -> Call:
-    """Re-enqueue a dead letter; reply 1 or 0 (``dead_revive.lua``)."""
-    return call("dead_revive", (dead, dead_index, pending, stats, wake), (dead_id, envelope))
+    """Re-enqueue a dead letter (its record pending again); reply 1 or 0 (``dead_revive.lua``)."""
+    keys: tuple[str, ...] = (dead, dead_index, pending, stats, wake)
+    if record is not None:
+        keys = (*keys, record)
+    return call("dead_revive", keys, (dead_id, envelope))
 
 
 # -- registry ------------------------------------------------------------------------

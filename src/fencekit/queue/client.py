@@ -7,14 +7,20 @@ round trip, one script call per queue. A client that owns its connection
 enqueues over the lean hot-path connection; one given a redis-py client
 (``Client(redis=...)``, as a consumer's jobs get) uses that.
 
+A task keeps a record while ``keep_result`` (the task's, else the
+client's) is above 0: ``client.job(jid)`` reads it and ``client.result(jid)``
+waits for it (:mod:`fencekit.queue.results`).
+
 Settings (``prefix``, ``max_payload``, ``durable_replicas``,
-``durable_timeout`` and the URL) are those of :mod:`fencekit.settings`: an
-argument, else ``FENCEKIT_<NAME>``, else the default.
+``durable_timeout``, ``keep_result`` and the URL) are those of
+:mod:`fencekit.settings`: an argument, else ``FENCEKIT_<NAME>``, else the
+default.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Iterable, Mapping
@@ -32,13 +38,18 @@ from fencekit._redis.keys import KeySpace
 from fencekit._redis.link import Link, open_link, wait_replicas
 from fencekit._redis.run import Durability, apipeline, translated
 from fencekit._redis.url import parse_url
-from fencekit.errors import ConfigError, DurabilityError, PayloadError
+from fencekit.errors import ConfigError, DurabilityError, JobNotFound, PayloadError
 from fencekit.queue.handle import Queue, QueueStats
+from fencekit.queue.records import JobInfo
 from fencekit.queue.registry import known_queues, register_queues
+from fencekit.queue.results import SAFETY_REREAD, ResultWaiter, outcome, read_job
 from fencekit.queue.task import Task, unix_ms
 from fencekit.settings import ClientOptions, ClientSettings, resolve, table, with_url
 
-__all__ = ["Client"]
+__all__ = ["READ_CONCURRENCY", "Client"]
+
+READ_CONCURRENCY = 32
+"""Record reads (``job``, ``result``) one client runs at once; more wait their turn."""
 
 
 class Client:
@@ -68,12 +79,17 @@ class Client:
         self.keys = KeySpace(settings["prefix"])
         self.max_payload = settings["max_payload"]
         self.durable = Durability.of(settings["durable_replicas"], settings["durable_timeout"])
+        self.keep_result: float = settings["keep_result"]
         self.redis = redis if redis is not None else async_client(self.target)
         self._owns_redis = redis is None
         self._lean: Link | None = None  # enqueues of a client that owns its connection go here
         self._lean_opening: asyncio.Lock | None = None
         self._known_queues: set[str] = set()
         self.logger = default_logger("fencekit.client")
+        self._waiter: ResultWaiter | None = None
+        # redis-py's pool refuses a connection past its size (100) instead of waiting: many
+        # concurrent job()/result() calls share a few connections through this.
+        self._reads = asyncio.Semaphore(READ_CONCURRENCY)
 
     async def __aenter__(self) -> Client:
         return self
@@ -85,6 +101,9 @@ class Client:
 
     async def close(self) -> None:
         """Close the connection pool (when this client created it)."""
+        if self._waiter is not None:
+            await self._waiter.aclose()
+            self._waiter = None
         if self._lean is not None:
             await self._lean.aclose()
             self._lean = None
@@ -114,27 +133,41 @@ class Client:
         """Accept many tasks in one round trip; all are validated before any is sent."""
         delay_ms = _delay_ms(delay, at)
         tasks = list(tasks)
-        by_queue: dict[str, list[bytes]] = {}
+        by_queue: dict[tuple[str, int | None], list[Task]] = {}
+        envelopes: dict[int, bytes] = {}
         for task in tasks:
             if not isinstance(task, Task):
                 raise PayloadError(f"enqueue takes Task objects, got {type(task).__name__}")
-            by_queue.setdefault(task.queue, []).append(task.envelope(self.max_payload))
+            envelopes[id(task)] = task.envelope(self.max_payload, self.keep_result)
+            by_queue.setdefault((task.queue, task.keep_ms(self.keep_result)), []).append(task)
         if not by_queue:
             return []
         calls = []
-        for queue, envelopes in by_queue.items():
+        for (queue, keep_ms), group in by_queue.items():
             qk = self.keys.queue(queue)
-            calls.append(
-                scripts.enqueue(
+            raws = [envelopes[id(t)] for t in group]
+            if keep_ms is None:
+                call = scripts.enqueue(
                     pending=qk.pending,
                     scheduled=qk.scheduled,
                     stats=qk.stats,
                     wake=qk.wake,
                     delay_ms=delay_ms,
-                    envelopes=envelopes,
+                    envelopes=raws,
                 )
-            )
-        new = [q for q in by_queue if q not in self._known_queues]
+            else:
+                call = scripts.enqueue_tracked(
+                    pending=qk.pending,
+                    scheduled=qk.scheduled,
+                    stats=qk.stats,
+                    wake=qk.wake,
+                    delay_ms=delay_ms,
+                    keep_ms=keep_ms,
+                    envelopes=raws,
+                    records=[qk.job(t.jid) for t in group if t.jid is not None],
+                )
+            calls.append(call)
+        new = list(dict.fromkeys(q for q, _ in by_queue if q not in self._known_queues))
         if new:
             await register_queues(self.redis, self.keys, new)
             self._known_queues.update(new)
@@ -169,6 +202,49 @@ class Client:
                         self.target, name="fencekit-client", watch=watch_of(self.redis)
                     )
         return self._lean
+
+    async def job(self, jid: str, *, queue: str | None = None) -> JobInfo | None:
+        """What happened to task ``jid`` (None: it keeps no record, or it was forgotten).
+
+        ``queue`` saves looking for it in every known queue.
+        """
+        async with self._reads:
+            return await read_job(self.redis, self.keys, jid, queue)
+
+    async def result(self, jid: str, *, timeout: float | None = None, queue: str | None = None) -> Any:
+        """Wait until task ``jid`` finishes and return what its ``perform`` returned.
+
+        Woken by the finishing ack (no polling). Raises
+        :class:`~fencekit.errors.JobFailed` (``.error``: type, message,
+        traceback), :class:`~fencekit.errors.JobCancelled` or
+        :class:`~fencekit.errors.JobExpired`, :class:`~fencekit.errors.JobNotFound`
+        for a task that keeps no record, and the built-in ``TimeoutError``
+        after ``timeout`` seconds.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        info = await self.job(jid, queue=queue)
+        if info is not None and not info.status.finished:
+            if self._waiter is None:
+                self._waiter = ResultWaiter(self.redis, self.keys, self.logger)
+            waiter, found = self._waiter, info.queue
+            event = await waiter.watch(found, jid)
+            try:
+                while info is not None and not info.status.finished:
+                    event.clear()
+                    info = await self.job(jid, queue=found)
+                    if info is None or info.status.finished:
+                        break
+                    left = SAFETY_REREAD if deadline is None else min(SAFETY_REREAD, deadline - loop.time())
+                    if left <= 0:
+                        raise TimeoutError(f"task {jid} did not finish within {timeout}s")
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(event.wait(), left)
+            finally:
+                waiter.unwatch(found, jid, event)
+        if info is None:
+            raise JobNotFound(f"no record of task {jid}: it keeps none (keep_result=0), or it was forgotten")
+        return outcome(info)
 
     async def queues(self) -> list[str]:
         """Every queue name ever used with this prefix."""

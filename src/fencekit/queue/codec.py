@@ -5,9 +5,10 @@ An envelope is a JSON object::
     {"jid": "0193…", "queue": "emails", "operation": "send_email",
      "params": {...}, "attempt": 0, "enqueued_at": 1764480000123}
 
-and, only when the task sets them, ``"timeout"`` (seconds the run may take)
-and ``"expires_at"`` (Unix ms after which it is not started), so a task that
-sets neither is encoded and decoded exactly as before.
+and, only when the task sets them, ``"timeout"`` (seconds the run may take),
+``"expires_at"`` (Unix ms after which it is not started) and ``"keep"`` (ms
+its finished record is kept: the task has a record), so a task that sets
+none of them is encoded and decoded exactly as before.
 
 ``params`` must be plain JSON (dicts with ``str`` keys, lists, tuples, ``str``,
 ``int``, finite ``float``, ``bool``, ``None``): anything else is refused at
@@ -45,6 +46,7 @@ class Envelope(NamedTuple):
     enqueued_at: int
     timeout: float | None = None
     expires_at: int | None = None
+    keep: int | None = None
 
     def encode(self) -> bytes:
         return self.next_attempt(self.attempt)
@@ -60,17 +62,18 @@ class Envelope(NamedTuple):
             self.enqueued_at,
             timeout=self.timeout,
             expires_at=self.expires_at,
+            keep=self.keep,
         )
 
 
-def check_params(params: object) -> None:
+def check_params(params: object, label: str = "params") -> None:
     """Refuse anything that is not plain, finite JSON (orjson would convert it).
 
     The common case -- plain JSON -- is one walk that builds no strings; only a
     refusal walks again to name the offending path.
     """
     if not _plain(params, 0):
-        _refuse(params, "params", 0)
+        _refuse(params, label, 0)
 
 
 def _plain(value: object, depth: int) -> bool:
@@ -137,6 +140,7 @@ def encode(
     *,
     timeout: float | None = None,
     expires_at: int | None = None,
+    keep: int | None = None,
 ) -> bytes:
     """Encode an envelope (:func:`check_params` ran at enqueue, or at decode)."""
     data: dict[str, Any] = {
@@ -151,6 +155,8 @@ def encode(
         data["timeout"] = timeout
     if expires_at is not None:
         data["expires_at"] = expires_at
+    if keep is not None:
+        data["keep"] = keep
     try:
         return orjson.dumps(data)
     except TypeError as exc:
@@ -193,7 +199,10 @@ def decode(raw: bytes | str) -> Envelope:
         raise PayloadError("field 'timeout' must be a positive, finite number of seconds")
     if expires_at is not None and type(expires_at) is not int:
         raise PayloadError("field 'expires_at' must be an integer (Unix ms)")
-    return Envelope(jid, queue, operation, params, attempt, enqueued_at, timeout, expires_at)
+    keep = data.get("keep")
+    if keep is not None and (type(keep) is not int or keep <= 0):
+        raise PayloadError("field 'keep' must be a positive integer (ms)")
+    return Envelope(jid, queue, operation, params, attempt, enqueued_at, timeout, expires_at, keep)
 
 
 def is_timeout(value: object) -> bool:

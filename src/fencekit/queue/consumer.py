@@ -131,6 +131,7 @@ class Consumer:
             run_call=self._call,
             client=Client.sharing(settings, redis_client),
             wake=self._event.set,
+            max_payload=settings["max_payload"],
         )
 
     # public ---------------------------------------------------------------
@@ -223,7 +224,9 @@ class Consumer:
     def _unsettled(self) -> set[tuple[str, int]]:
         return set(self._running) | self.outbox.outcomes()
 
-    def _ack_claim_call(self, queue: str, want: int, acks: Sequence[int]) -> scripts.Call:
+    def _ack_claim_call(
+        self, queue: str, want: int, acks: Sequence[int], recorded: Sequence[scripts.RecordedAck]
+    ) -> scripts.Call:
         qk = self._qkeys[queue]
         return scripts.ack_claim(
             pending=qk.pending,
@@ -233,6 +236,10 @@ class Consumer:
             wake=qk.wake,
             want=want,
             acks=acks,
+            recorded=recorded,
+            finished=qk.finished,
+            channel=qk.done_channel,
+            keep_finished=self.retention.keep_finished,
         )
 
     async def _wait_replicas(self, link: Link, durable: Durability) -> None:

@@ -2,7 +2,8 @@
 
 ``client.queue(name)`` returns a :class:`Queue` with the per-queue operations
 of the kickdown API (``pending``, ``length``, ``scheduled``, ``stats``,
-``purge``, ``schedule``) plus fencekit's dead-letter record (``dead_letters``, ``revive``).
+``purge``, ``schedule``) plus fencekit's dead-letter record (``dead_letters``, ``revive``)
+and the failures it keeps (``failed``, ``retry_failed``).
 Every read goes to the keys of ``fencekit._redis.keys``; nothing is cached.
 """
 
@@ -16,10 +17,11 @@ import orjson
 import redis.asyncio
 
 from fencekit._redis import scripts
-from fencekit._redis.keys import KeySpace, validate_queue
+from fencekit._redis.keys import KeySpace, is_jid, validate_queue
 from fencekit._redis.run import arun, as_text, translated
 from fencekit.errors import ConfigError, PayloadError
 from fencekit.queue import codec
+from fencekit.queue.records import JobInfo, parse
 from fencekit.queue.task import Task
 
 if TYPE_CHECKING:
@@ -159,7 +161,8 @@ class Queue:
 
     async def purge(self) -> int:
         """Drop every waiting task (not scheduled ones, not counters); return how many."""
-        return int(await arun(self._client, scripts.purge(pending=self._qk.pending, stats=self._qk.stats)))
+        call = scripts.purge(pending=self._qk.pending, stats=self._qk.stats, record_prefix=self._qk.job(""))
+        return int(await arun(self._client, call))
 
     async def in_flight(self) -> int:
         """How many tasks of this queue registered consumers are running now."""
@@ -204,10 +207,77 @@ class Queue:
         with translated():
             return int(await self._client.zcard(self._qk.dead_index))
 
+    async def failed(self, limit: int = 50) -> list[JobInfo]:
+        """The tasks kept after they failed for good, newest first, with their errors."""
+        with translated():
+            keys = [
+                as_text(k)
+                for k in cast("list[bytes]", await self._client.zrevrange(self._qk.failed, 0, limit - 1))
+            ]
+            pipe = self._client.pipeline(transaction=False)
+            for key in keys:
+                pipe.hgetall(key)
+            hashes = await pipe.execute()
+        out = []
+        prefix = len(self._qk.job(""))
+        for key, values in zip(keys, hashes):
+            flat = [x for pair in values.items() for x in pair]
+            info = parse(key[prefix:], self.name, (flat, 0, ""))
+            if info is not None:
+                out.append(info)
+        return out
+
+    async def failed_count(self) -> int:
+        with translated():
+            return int(await self._client.zcard(self._qk.failed))
+
+    async def retry_failed(self, jid: str | None = None) -> int:
+        """Run kept failures again from attempt 0: task ``jid``, or every one (``None``); returns how many.
+
+        The new attempt keeps a record for the producer's retention of the
+        first one (else the client's ``keep_result``).
+        """
+        qk = self._qk
+        if jid is not None:
+            candidates = [qk.job(jid)]
+        else:
+            with translated():
+                candidates = [
+                    as_text(k) for k in cast("list[bytes]", await self._client.zrange(qk.failed, 0, -1))
+                ]
+        done = 0
+        for record in candidates:
+            with translated():
+                raw = await self._client.hget(record, "env")
+            if raw is None:
+                continue
+            try:
+                envelope = codec.decode(raw)
+            except PayloadError:
+                continue
+            keep = envelope.keep
+            if keep is None and self._producer is not None:
+                keep = round(self._producer.keep_result * 1000) or None
+            fresh = envelope._replace(attempt=0, keep=keep).encode()
+            call = scripts.failed_retry(
+                failed=qk.failed,
+                record=record,
+                pending=qk.pending,
+                stats=qk.stats,
+                wake=qk.wake,
+                envelope=fresh,
+                keep_ms=keep or 0,
+            )
+            done += int(await arun(self._client, call))
+        return done
+
     async def revive(self, dead_id: str, task: Task | None = None) -> bool:
         """Enqueue a dead letter again (as stored, or as ``task``); False if it is gone."""
         envelope = task.envelope() if task is not None else b""
         qk = self._qk
+        with translated():
+            stored = await self._client.hget(qk.dead, dead_id)
+        jid = task.jid if task is not None else (codec.peek_jid(stored) if stored is not None else None)
         call = scripts.dead_revive(
             dead=qk.dead,
             dead_index=qk.dead_index,
@@ -216,5 +286,6 @@ class Queue:
             wake=qk.wake,
             dead_id=dead_id,
             envelope=envelope,
+            record=qk.job(jid) if is_jid(jid) else None,
         )
         return bool(await arun(self._client, call))

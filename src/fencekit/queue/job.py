@@ -21,11 +21,12 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from fencekit._redis import scripts
-from fencekit._redis.keys import job_resource
+from fencekit._redis.keys import QueueKeys, job_resource
 from fencekit._redis.scripts import Call
 from fencekit.errors import FencedOutError, NoCurrentJob
 from fencekit.primitives.fence import FenceRules
 from fencekit.primitives.tokens import FenceToken
+from fencekit.queue.records import encode_progress
 
 if TYPE_CHECKING:
     from fencekit.queue.client import Client
@@ -42,6 +43,7 @@ class JobSite(NamedTuple):
     rules: FenceRules
     run: Callable[[Call], Awaitable[Any]]
     client: Client
+    keys: QueueKeys  # the queue's keys: where a job's record is
 
 
 class Job:
@@ -122,6 +124,24 @@ class Job:
             inflight=site.inflight, fence=fence, target=target, token=token.value, value=value
         )
         await site.run(call)
+
+    async def progress(self, fraction: float, message: str = "") -> bool:
+        """Report how far the job is (``fraction`` from 0 to 1), shown by ``client.job(jid)``.
+
+        Written into the task's record only while this delivery is current
+        (:class:`~fencekit.errors.FencedOutError` otherwise); returns False when
+        the task keeps no record (``keep_result=0``).
+        """
+        if self._timed_out is not None:
+            raise FencedOutError(f"delivery {self._delivery} of task {self._jid} timed out")
+        site = self._site
+        call = scripts.job_progress(
+            inflight=site.inflight,
+            record=site.keys.job(self._jid),
+            token=self._delivery,
+            progress=encode_progress(fraction, message),
+        )
+        return bool(await site.run(call))
 
     async def enqueue(
         self, task: Task, *, delay: float | timedelta | None = None, at: datetime | None = None

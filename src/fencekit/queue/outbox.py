@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from fencekit._redis.scripts import Call
+from fencekit._redis.scripts import Call, RecordedAck
 
 __all__ = ["AckClaim", "Outbox", "Settle", "Turn"]
 
@@ -68,32 +68,39 @@ class Turn:
         return out
 
 
-AckClaimCall = Callable[[str, int, Sequence[int]], Call]
+AckClaimCall = Callable[[str, int, Sequence[int], Sequence[RecordedAck]], Call]
 
 
 class Outbox:
     """Outcomes waiting for the next turn, and the jid of each (for log lines).
 
-    ``ack_claim(queue, want, acks)`` builds the script call of one queue's
-    ack and claim; the outbox decides what goes into a turn, not how a call
-    is spelled.
+    ``ack_claim(queue, want, plain, recorded)`` builds the script call of one
+    queue's ack and claim (``plain``: the tokens of acks without a record;
+    ``recorded``: those whose result lands in a record); the outbox decides
+    what goes into a turn, not how a call is spelled.
     """
 
-    __slots__ = ("_ack_claim", "_acks", "_jids", "_settles")
+    __slots__ = ("_ack_claim", "_acks", "_jids", "_recorded", "_settles")
 
     def __init__(self, queues: Iterable[str], ack_claim: AckClaimCall) -> None:
         self._acks: dict[str, list[int]] = {q: [] for q in queues}
         self._settles: list[Settle] = []
         self._jids: dict[tuple[str, int], str | None] = {}
+        self._recorded: dict[tuple[str, int], RecordedAck] = {}
         self._ack_claim = ack_claim
 
     def __bool__(self) -> bool:
         """True while any outcome waits to be sent."""
         return bool(self._settles) or any(self._acks.values())
 
-    def ack(self, queue: str, token: int, jid: str | None) -> None:
-        """Delivery ``token`` of ``queue`` succeeded: acknowledge it in the queue's next ack_claim."""
+    def ack(self, queue: str, token: int, jid: str | None, recorded: RecordedAck | None = None) -> None:
+        """Delivery ``token`` of ``queue`` succeeded: acknowledge it in the queue's next ack_claim.
+
+        ``recorded``: its result lands in the task's record with the ack.
+        """
         self._jids[(queue, token)] = jid
+        if recorded is not None:
+            self._recorded[(queue, token)] = recorded
         self._acks[queue].append(token)
 
     def settle(self, queue: str, token: int, call: Call, jid: str | None) -> None:
@@ -111,6 +118,7 @@ class Outbox:
 
     def done(self, queue: str, token: int) -> str | None:
         """Forget the outcome of ``token`` (its reply came back); returns its jid."""
+        self._recorded.pop((queue, token), None)
         return self._jids.pop((queue, token), None)
 
     def take(self, claim_queue: str | None, want: int) -> Turn:
@@ -130,7 +138,12 @@ class Outbox:
                 continue
             self._acks[queue] = []
             turn.items.append(AckClaim(queue, acks, wanted))
-            turn.calls.append(self._ack_claim(queue, wanted, acks))
+            if self._recorded:
+                recorded = [r for t in acks if (r := self._recorded.get((queue, t))) is not None]
+                plain = [t for t in acks if (queue, t) not in self._recorded] if recorded else acks
+            else:
+                recorded, plain = [], acks
+            turn.calls.append(self._ack_claim(queue, wanted, plain, recorded))
         return turn
 
     def restore(self, turn: Turn) -> None:

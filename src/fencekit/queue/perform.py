@@ -21,15 +21,15 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from fencekit._redis.keys import KeySpace
-from fencekit._redis.scripts import Call
+from fencekit._redis.scripts import Call, RecordedAck
 from fencekit.errors import PayloadError
 from fencekit.primitives.fence import FenceRules
-from fencekit.queue import codec, settle
+from fencekit.queue import codec, records, settle
 from fencekit.queue.histogram import DurationHistogram
 from fencekit.queue.job import Job, JobSite, set_current
 from fencekit.queue.outbox import Outbox
 from fencekit.queue.settle import Delivery, Retention
-from fencekit.queue.worker import RetryPolicy, WorkerRegistry, WorkerSpec
+from fencekit.queue.worker import WorkerRegistry, WorkerSpec
 
 if TYPE_CHECKING:
     from fencekit.queue.client import Client
@@ -75,6 +75,7 @@ class Performer:
         run_call: Callable[[Call], Awaitable[Any]],
         client: Client,
         wake: Callable[[], None],
+        max_payload: int = codec.DEFAULT_MAX_PAYLOAD,
     ) -> None:
         self.keys = keys
         self.registry = registry
@@ -87,8 +88,12 @@ class Performer:
         self.run_call = run_call
         self.client = client
         self.wake = wake
+        self.max_payload = max_payload
         rules = FenceRules(keys.prefix, timedelta(milliseconds=retention.fence_ttl_ms))
-        self.sites = {q: JobSite(q, hash_key, rules, run_call, client) for q, hash_key in inflight.items()}
+        self.sites = {
+            q: JobSite(q, hash_key, rules, run_call, client, keys.queue(q))
+            for q, hash_key in inflight.items()
+        }
         self.info = logger.isEnabledFor(logging.INFO)
         self.abandoned: set[asyncio.Future[Any]] = set()
         """Runs cancelled by their timeout that have not ended yet (cancelled again at stop)."""
@@ -131,24 +136,68 @@ class Performer:
         started = time.perf_counter()
         try:
             if timeout is None:
-                await spec.perform(envelope.params)
-            elif not await self._within(job, spec, envelope, timeout):
-                self._failed(queue, token, envelope, spec.policy, None, timeout)
-                return
+                result = await spec.perform(envelope.params)
+            else:
+                finished, result = await self._within(job, spec, envelope, timeout)
+                if not finished:
+                    self._failed(queue, token, envelope, spec, None, timeout)
+                    return
         except asyncio.CancelledError:
             raise  # stopping: the task goes back to its queue with the same attempt
         except Exception as exc:
-            self._failed(queue, token, envelope, spec.policy, exc)
+            self._failed(queue, token, envelope, spec, exc)
             return
         finally:
             self.stats.durations.observe(time.perf_counter() - started)
         if self.info:
             self.logger.info("task %s completed in %.3fs", envelope.jid, time.perf_counter() - started)
-        self.outbox.ack(queue, token, envelope.jid)
+        keep = spec.keep_ms if spec.keep_ms is not None else envelope.keep
+        if keep or envelope.keep:
+            self._ack_recorded(queue, token, raw, envelope, spec, result, keep or 1)
+        else:
+            self.outbox.ack(queue, token, envelope.jid)
         self.wake()
 
-    async def _within(self, job: Job, spec: WorkerSpec, envelope: codec.Envelope, timeout: float) -> bool:
-        """Run ``perform`` for at most ``timeout`` s: True if it returned, False if it timed out.
+    def _ack_recorded(
+        self,
+        queue: str,
+        token: int,
+        raw: bytes,
+        envelope: codec.Envelope,
+        spec: WorkerSpec,
+        result: object,
+        keep_ms: int,
+    ) -> None:
+        """An ack whose result lands in the task's record (created now if the producer kept none)."""
+        try:
+            value = records.encode_result(result, self.max_payload)
+        except PayloadError as exc:
+            self.stats.failed += 1
+            self.logger.error("task %s failed: %s", envelope.jid, exc)
+            call = settle.fail(
+                self.keys,
+                self.delivery(queue, token),
+                jid=envelope.jid,
+                retention=self.retention,
+                error=records.JobError("PayloadError", str(exc)),
+                keep=spec.keep_failed,
+            )
+            self.outbox.settle(queue, token, call, envelope.jid)
+            return
+        ack = RecordedAck(
+            self.keys.queue(queue).job(envelope.jid),
+            token,
+            envelope.jid,
+            value,
+            keep_ms,
+            b"" if envelope.keep else raw,
+        )
+        self.outbox.ack(queue, token, envelope.jid, ack)
+
+    async def _within(
+        self, job: Job, spec: WorkerSpec, envelope: codec.Envelope, timeout: float
+    ) -> tuple[bool, object]:
+        """Run ``perform`` for at most ``timeout`` s: (True, its result), or (False, None) on a timeout.
 
         On expiry the run is cancelled and not waited for (a job that swallows
         the cancellation runs on, but its writes are refused: :meth:`Job.time_out`
@@ -161,13 +210,12 @@ class Performer:
             run.cancel()
             raise
         if done:
-            run.result()  # its exception, if it raised one
-            return True
+            return True, run.result()  # or its exception
         job.time_out(timeout)
         run.cancel()
         self.abandoned.add(run)
         run.add_done_callback(functools.partial(self._abandoned_done, envelope, time.monotonic()))
-        return False
+        return False, None
 
     def _abandoned_done(self, envelope: codec.Envelope, since: float, run: asyncio.Future[Any]) -> None:
         self.abandoned.discard(run)
@@ -189,7 +237,14 @@ class Performer:
             self.logger.info(
                 "task %s (%s/%s) expired before it started: dropped", envelope.jid, queue, envelope.operation
             )
-        call = settle.drop(self.keys, self.delivery(queue, token), "expired")
+        call = settle.drop(
+            self.keys,
+            self.delivery(queue, token),
+            "expired",
+            jid=envelope.jid,
+            recorded=envelope.keep is not None,
+            retention=self.retention,
+        )
         self.outbox.settle(queue, token, call, envelope.jid)
         self.wake()
 
@@ -198,14 +253,19 @@ class Performer:
         queue: str,
         token: int,
         envelope: codec.Envelope,
-        policy: RetryPolicy,
+        spec: WorkerSpec,
         exc: Exception | None,
         timeout: float | None = None,
     ) -> None:
         """A failed attempt (``exc`` raised, or ``timeout`` expired): retry it, or fail for good."""
+        policy = spec.policy
         following = policy.next_attempt(envelope.attempt)
         delivery = self.delivery(queue, token)
         attempt = f"attempt {envelope.attempt + 1} of {policy.runs()}"
+        if exc is not None:
+            error = records.JobError.of(exc)
+        else:
+            error = records.JobError("TimeoutError", f"timed out after {timeout:g}s")
         if timeout is not None:
             what = (
                 f"task {envelope.jid} ({queue}/{envelope.operation}) timed out after {timeout:g}s ({attempt})"
@@ -215,10 +275,17 @@ class Performer:
         if following is None:
             self.stats.failed += 1
             if exc is not None:
-                self.logger.error("%s, no retry left: %s", what, _first_line(exc), exc_info=exc)
+                self.logger.error("%s, failed permanently: %s", what, _first_line(exc), exc_info=exc)
             else:
-                self.logger.error("%s, no retry left", what)
-            call = settle.fail(self.keys, delivery, jid=envelope.jid, retention=self.retention)
+                self.logger.error("%s, failed permanently", what)
+            call = settle.fail(
+                self.keys,
+                delivery,
+                jid=envelope.jid,
+                retention=self.retention,
+                error=error,
+                keep=spec.keep_failed,
+            )
         else:
             delay = policy.delay(envelope.attempt)
             self.stats.retried += 1
@@ -226,7 +293,7 @@ class Performer:
                 self.logger.warning("%s, retrying in %.1fs: %s", what, delay, _first_line(exc))
             else:
                 self.logger.warning("%s, retrying in %.1fs", what, delay)
-            call = settle.retry(self.keys, delivery, envelope, following, delay)
+            call = settle.retry(self.keys, delivery, envelope, following, delay, error)
         self.outbox.settle(queue, token, call, envelope.jid)
         self.wake()
 

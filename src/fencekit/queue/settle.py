@@ -23,6 +23,7 @@ from fencekit._redis.keys import KeySpace, is_jid
 from fencekit.errors import PayloadError
 from fencekit.queue import codec
 from fencekit.queue.ids import uuid7
+from fencekit.queue.records import JobError, encode_error
 from fencekit.queue.worker import RetryPolicy
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "delivery_token",
     "drop",
     "fail",
+    "job_keys",
     "requeue",
     "retry",
 ]
@@ -42,19 +44,27 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class Retention:
-    """How long a job's fence key lives after its last raise, and how many dead letters a queue keeps.
+    """What a queue keeps: how long a job's fence outlives its last raise, how many dead letters,
+    finished records and failed records.
 
-    Built from the ``fence_ttl`` and ``keep_dead`` settings (:mod:`fencekit.settings`
-    holds their defaults).
+    Built from the ``fence_ttl``, ``keep_dead``, ``keep_finished`` and
+    ``keep_failed`` settings (:mod:`fencekit.settings` holds their defaults).
     """
 
     fence_ttl_ms: int
     keep_dead: int
+    keep_finished: int = 10_000
+    keep_failed: int = 1_000
 
     @classmethod
     def of(cls, settings: Mapping[str, Any]) -> Retention:
-        """From the ``fence_ttl`` (seconds) and ``keep_dead`` settings."""
-        return cls(max(1, round(settings["fence_ttl"] * 1000)), settings["keep_dead"])
+        """From the settings of a ``Server`` or pool."""
+        return cls(
+            max(1, round(settings["fence_ttl"] * 1000)),
+            settings["keep_dead"],
+            settings["keep_finished"],
+            settings["keep_failed"],
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +116,14 @@ def _fence(keys: KeySpace, delivery: Delivery, jid: str | None) -> str:
     return keys.job_fence(delivery.queue, jid if is_jid(jid) else f"token-{delivery.token}")
 
 
+def job_keys(keys: KeySpace, queue: str, jid: str | None) -> scripts.JobRecordKeys | None:
+    """The record keys of task ``jid`` of ``queue`` (None without a usable jid)."""
+    if not is_jid(jid):
+        return None
+    qk = keys.queue(queue)
+    return scripts.JobRecordKeys(qk.job(jid), qk.finished, qk.failed)
+
+
 def fail(
     keys: KeySpace,
     delivery: Delivery,
@@ -114,9 +132,17 @@ def fail(
     retention: Retention,
     reason: str = "",
     consumer: str | None = None,
+    error: JobError | None = None,
+    keep: bool = True,
 ) -> scripts.Call:
-    """Finish as failed; with a ``reason`` also keep it as a dead letter."""
+    """Finish as failed; with a ``reason`` also keep it as a dead letter.
+
+    ``error`` (else the reason) goes into the task's record: a plain failure is
+    kept as a failed record unless ``keep`` is False (the worker opted out).
+    """
     qk = keys.queue(delivery.queue)
+    if error is None:
+        error = JobError("DeadLetter" if reason else "Failed", reason)
     record = b""
     if reason:
         record = orjson.dumps(
@@ -138,16 +164,24 @@ def fail(
         record=record,
         dead_id=uuid7(),
         keep_dead=retention.keep_dead,
+        job=job_keys(keys, delivery.queue, jid) if keep or reason else None,
+        error=encode_error(error),
+        keep_failed=retention.keep_failed,
+        keep_finished=retention.keep_finished,
     )
 
 
-def drop(keys: KeySpace, delivery: Delivery, counter: str) -> scripts.Call:
+def drop(
+    keys: KeySpace, delivery: Delivery, counter: str, *, jid: str | None, recorded: bool, retention: Retention
+) -> scripts.Call:
     """Finish unrun, counted under ``counter`` ("expired": it was not started in time)."""
     return scripts.drop(
         inflight=delivery.inflight,
         stats=keys.queue(delivery.queue).stats,
         token=delivery.token,
         counter=counter,
+        job=job_keys(keys, delivery.queue, jid) if recorded else None,
+        keep_finished=retention.keep_finished,
     )
 
 
@@ -172,14 +206,24 @@ def requeue(
         envelope=envelope,
         counter=counter,
         fence_ttl_ms=retention.fence_ttl_ms,
+        record=keys.queue(delivery.queue).job(jid) if is_jid(jid) else None,
     )
 
 
 def retry(
-    keys: KeySpace, delivery: Delivery, envelope: codec.Envelope, following: int, delay: float
+    keys: KeySpace,
+    delivery: Delivery,
+    envelope: codec.Envelope,
+    following: int,
+    delay: float,
+    error: JobError | None = None,
 ) -> scripts.Call:
-    """Schedule attempt ``following`` in ``delay`` seconds (the policy's delay, decided by the caller)."""
+    """Schedule attempt ``following`` in ``delay`` seconds (the policy's delay, decided by the caller).
+
+    A task with a record keeps the attempt's ``error`` in it.
+    """
     qk = keys.queue(delivery.queue)
+    recorded = envelope.keep is not None
     return scripts.retry(
         inflight=delivery.inflight,
         scheduled=qk.scheduled,
@@ -187,6 +231,8 @@ def retry(
         token=delivery.token,
         delay_ms=round(delay * 1000),
         envelope=envelope.next_attempt(following),
+        record=qk.job(envelope.jid) if recorded else None,
+        error=encode_error(error) if recorded and error is not None else b"",
     )
 
 
@@ -216,8 +262,9 @@ def after_crash(
         return Verdict(call, jid, False, reason)
     following = policy_for(delivery.queue, envelope.operation).next_attempt(envelope.attempt)
     if following is None:
-        call = fail(keys, delivery, jid=envelope.jid, retention=retention)
         reason = f"its consumer stopped during attempt {envelope.attempt + 1} and no retry is left"
+        error = JobError("ConsumerLost", reason)
+        call = fail(keys, delivery, jid=envelope.jid, retention=retention, error=error)
         return Verdict(call, envelope.jid, False, reason)
     call = requeue(
         keys,

@@ -22,7 +22,8 @@ class Task:
     ``timeout`` (seconds or a timedelta) overrides the worker's ``timeout`` for
     this task; ``expires`` (seconds or a timedelta from the enqueue, or an
     aware datetime) is when the task, if it has not started, is dropped as
-    expired instead of run.
+    expired instead of run. ``keep_result`` (seconds; None: the client's
+    ``keep_result`` setting; 0: no record) is how long its record outlives it.
     """
 
     queue: str
@@ -32,9 +33,13 @@ class Task:
     attempt: int = 0
     timeout: float | timedelta | None = None
     expires: float | timedelta | datetime | None = None
+    keep_result: float | timedelta | None = None
 
-    def envelope(self, max_payload: int = codec.DEFAULT_MAX_PAYLOAD) -> bytes:
-        """Validate the task, fill in ``jid``, and return its encoded envelope."""
+    def envelope(self, max_payload: int = codec.DEFAULT_MAX_PAYLOAD, keep_result: float = 0.0) -> bytes:
+        """Validate the task, fill in ``jid``, and return its encoded envelope.
+
+        ``keep_result`` is the retention (seconds) when the task sets none.
+        """
         validate_queue(self.queue)
         if not isinstance(self.operation, str) or not self.operation:
             raise PayloadError(f"operation must be a non-empty str, got {self.operation!r}")
@@ -59,12 +64,21 @@ class Task:
             now_ms,
             timeout=_timeout(self.timeout),
             expires_at=_expires_at(self.expires, now_ms),
+            keep=self.keep_ms(keep_result),
         )
         if len(raw) > max_payload:
             raise PayloadError(
                 f"task {self.jid} is {len(raw)} bytes encoded, above max_payload={max_payload}"
             )
         return raw
+
+    def keep_ms(self, default: float) -> int | None:
+        """The retention of this task's record in ms (its own, else ``default`` s), None for no record."""
+        value = self.keep_result if self.keep_result is not None else default
+        seconds = seconds_of(value, "keep_result")
+        if not 0 <= seconds < 1e10:
+            raise PayloadError(f"keep_result must be a non-negative number of seconds, got {value!r}")
+        return round(seconds * 1000) or None
 
     @classmethod
     def from_envelope(cls, envelope: codec.Envelope) -> Task:
@@ -81,6 +95,7 @@ class Task:
             envelope.attempt,
             envelope.timeout,
             expires,
+            envelope.keep / 1000 if envelope.keep is not None else 0,
         )
 
 

@@ -3,9 +3,11 @@
 A worker is a class or an instance with ``queue``, ``operation`` and an async
 ``perform(payload)`` (a classmethod/staticmethod on a class, or a method on an
 instance); optional ``retry`` (bool, default True), ``retry_count`` (int
->= 0, default 1) and ``timeout`` (seconds a run may take, default None: no
-limit; ``Task(timeout=...)`` overrides it per task). Workers are resolved by
-their ``(queue, operation)`` pair.
+>= 0, default 1), ``timeout`` (seconds a run may take, default None: no
+limit; ``Task(timeout=...)`` overrides it per task), ``keep_result``
+(seconds its tasks' records outlive them, overriding the producer's; default
+None) and ``keep_failed`` (bool, default True: a task that fails for good is
+kept with its traceback). Workers are resolved by their ``(queue, operation)`` pair.
 
 The retry rule lives here once, for failures raised by ``perform`` and for
 crashes found by the reaper alike: a task that has failed ``attempt`` times
@@ -36,7 +38,7 @@ class Performable(Protocol):
     queue: str
     operation: str
 
-    async def perform(self, payload: dict[str, Any]) -> None: ...
+    async def perform(self, payload: dict[str, Any]) -> object: ...
 
 
 #: A worker as registered: a class (classmethod ``perform``) or an instance.
@@ -79,10 +81,12 @@ class WorkerSpec:
     queue: str
     operation: str
     policy: RetryPolicy
-    perform: Callable[[dict[str, Any]], Awaitable[None]]
+    perform: Callable[[dict[str, Any]], Awaitable[object]]
     name: str
     source: object
     timeout: float | None = None
+    keep_ms: int | None = None
+    keep_failed: bool = True
 
 
 def _name(worker: object) -> str:
@@ -139,6 +143,17 @@ def inspect_worker(worker: object) -> WorkerSpec:
             f"worker {name}: attribute 'timeout' must be None or a positive number of seconds, "
             f"got {getattr(worker, 'timeout', None)!r}"
         )
+    keep = getattr(worker, "keep_result", None)
+    if isinstance(keep, timedelta):
+        keep = keep.total_seconds()
+    if keep is not None and (type(keep) not in (int, float) or not 0 <= keep < 1e10):
+        raise ConfigError(
+            f"worker {name}: attribute 'keep_result' must be None or a number of seconds >= 0, "
+            f"got {getattr(worker, 'keep_result', None)!r}"
+        )
+    keep_failed = getattr(worker, "keep_failed", True)
+    if type(keep_failed) is not bool:
+        raise ConfigError(f"worker {name}: attribute 'keep_failed' must be a bool, got {keep_failed!r}")
     return WorkerSpec(
         queue=queue,
         operation=worker.operation,  # type: ignore[attr-defined]
@@ -147,6 +162,8 @@ def inspect_worker(worker: object) -> WorkerSpec:
         name=name,
         source=worker,
         timeout=float(timeout) if timeout is not None else None,
+        keep_ms=round(keep * 1000) if keep is not None else None,
+        keep_failed=keep_failed,
     )
 
 

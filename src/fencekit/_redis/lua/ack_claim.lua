@@ -1,15 +1,24 @@
 -- The hot path: acknowledge finished deliveries and claim new ones in one
 -- atomic step. A claimed task moves from the queue into this consumer's
 -- in-flight hash under a fresh fencing token (I1, I2 of docs/design.md); an ack counts
--- only if that token is still this consumer's current delivery (I3).
+-- only if that token is still this consumer's current delivery (I3), and only
+-- then does a recorded task's result land in its record.
 --
 -- KEYS[1]  pending     P:{Q}:pending
 -- KEYS[2]  inflight    P:{Q}:inflight:<consumer>  HASH token -> envelope
 -- KEYS[3]  token       P:{Q}:token                last token issued for Q
 -- KEYS[4]  stats       P:{Q}:stats                ("processed", "fenced_out")
 -- KEYS[5]  wake        P:{Q}:wake
+-- KEYS[6]  finished    P:{Q}:finished             (only with recorded acks)
+-- KEYS[7..6+r] records P:{Q}:job:<jid>            one per recorded ack, in order
 -- ARGV[1]  how many tasks to claim (0: only acknowledge)
--- ARGV[2..] tokens of finished deliveries to acknowledge
+-- ARGV[2]  p: how many plain acks follow
+-- ARGV[3..2+p] tokens of finished deliveries to acknowledge (no record)
+-- then, only with recorded acks:
+--   ARGV[3+p]  the done channel P:{Q}:done (SPUBLISH of each recorded jid)
+--   ARGV[4+p]  how many finished records the queue keeps
+--   then 5 per recorded ack: token, jid, result (JSON), retention ms,
+--   envelope ("" when the record exists already)
 --
 -- Reply: { fenced, first, lost, env_1, ..., env_n }
 --   fenced  array of the acknowledged tokens that were refused (reaped or
@@ -20,14 +29,39 @@
 --           fenced, nothing is counted), else 0
 --!include _next_token.lua
 --!include _wake.lua
+--!include _now_ms.lua
+--!include _record.lua
 local fenced = {}
 local acked = 0
-for i = 2, #ARGV do
+local plain = tonumber(ARGV[2])
+for i = 3, 2 + plain do
   if redis.call('HDEL', KEYS[2], ARGV[i]) == 1 then
     acked = acked + 1
   else
     fenced[#fenced + 1] = ARGV[i]
   end
+end
+if #KEYS > 6 then
+  local channel = ARGV[3 + plain]
+  local cap = tonumber(ARGV[4 + plain])
+  local now = now_ms()
+  for r = 1, #KEYS - 6 do
+    local at = 4 + plain + (r - 1) * 5
+    local token = ARGV[at + 1]
+    if redis.call('HDEL', KEYS[2], token) == 1 then
+      acked = acked + 1
+      local fields = { 'state', 'done', 'result', ARGV[at + 3], 'finished', now, 'token', token }
+      if ARGV[at + 5] ~= '' then
+        fields[#fields + 1] = 'env'
+        fields[#fields + 1] = ARGV[at + 5]
+      end
+      finish_record(KEYS[6 + r], KEYS[6], fields, tonumber(ARGV[at + 4]), now)
+      redis.call('SPUBLISH', channel, ARGV[at + 2])
+    else
+      fenced[#fenced + 1] = token
+    end
+  end
+  trim_records(KEYS[6], cap)
 end
 if acked > 0 then
   redis.call('HINCRBY', KEYS[4], 'processed', acked)

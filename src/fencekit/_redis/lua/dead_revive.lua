@@ -6,6 +6,7 @@
 -- KEYS[3]  pending     P:{Q}:pending
 -- KEYS[4]  stats       P:{Q}:stats       ("enqueued" and "revived" += 1)
 -- KEYS[5]  wake        P:{Q}:wake
+-- KEYS[6]  record      P:{Q}:job:<jid>   (optional) pending again if it exists
 -- ARGV[1]  dead-letter id
 -- ARGV[2]  envelope to enqueue instead of the stored raw payload, "" for the raw one
 --
@@ -24,4 +25,9 @@ redis.call('LPUSH', KEYS[3], raw)
 redis.call('HINCRBY', KEYS[4], 'enqueued', 1)
 redis.call('HINCRBY', KEYS[4], 'revived', 1)
 wake(KEYS[5])
+if KEYS[6] and redis.call('EXISTS', KEYS[6]) == 1 then
+  redis.call('HDEL', KEYS[6], 'error', 'finished', 'token', 'result', 'progress')
+  redis.call('HSET', KEYS[6], 'state', 'pending', 'env', raw)
+  redis.call('PERSIST', KEYS[6])
+end
 return 1

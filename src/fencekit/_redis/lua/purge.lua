@@ -1,11 +1,24 @@
--- Drop every task waiting in a queue (not scheduled, not in flight).
+-- Drop every task waiting in a queue (not scheduled, not in flight), and the
+-- records of those that kept one.
 --
 -- KEYS[1]  pending     P:{Q}:pending
 -- KEYS[2]  stats       P:{Q}:stats       ("purged" += n, so counters still add up)
+-- ARGV[1]  the record key prefix P:{Q}:job: (a record key is it + the jid, so it
+--          shares the queue's hash tag)
 --
 -- Reply: the number of tasks dropped.
 local n = redis.call('LLEN', KEYS[1])
 if n > 0 then
+  local batch = 10000
+  for start = 0, n - 1, batch do
+    local items = redis.call('LRANGE', KEYS[1], start, start + batch - 1)
+    for _, envelope in ipairs(items) do
+      local jid = string.match(envelope, '^{"jid":"([^"\\]+)"')
+      if jid and string.find(envelope, '"keep":', 1, true) then
+        redis.call('DEL', ARGV[1] .. jid)
+      end
+    end
+  end
   redis.call('DEL', KEYS[1])
   redis.call('HINCRBY', KEYS[2], 'purged', n)
 end

@@ -8,6 +8,7 @@
 -- KEYS[3]  stats       P:{Q}:stats
 -- KEYS[4]  wake        P:{Q}:wake
 -- KEYS[5]  job fence   P:fence:{Q}:job:<jid>
+-- KEYS[6]  record      P:{Q}:job:<jid>            (optional) updated if it exists
 -- ARGV[1]  token of the delivery
 -- ARGV[2]  envelope to queue
 -- ARGV[3]  stats field to increment, "" for none
@@ -27,4 +28,8 @@ if ARGV[3] ~= '' then
   redis.call('HINCRBY', KEYS[3], ARGV[3], 1)
 end
 fence_past(KEYS[5], ARGV[1], ARGV[4])
+if KEYS[6] and redis.call('EXISTS', KEYS[6]) == 1 then
+  redis.call('HSET', KEYS[6], 'state', 'pending', 'env', ARGV[2], 'token', ARGV[1])
+  redis.call('HDEL', KEYS[6], 'due')
+end
 return 1

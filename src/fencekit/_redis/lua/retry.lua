@@ -3,9 +3,11 @@
 -- KEYS[1]  inflight    P:{Q}:inflight:<consumer>
 -- KEYS[2]  scheduled   P:{Q}:scheduled
 -- KEYS[3]  stats       P:{Q}:stats                ("retried" or "fenced_out")
+-- KEYS[4]  record      P:{Q}:job:<jid>            (optional) updated if it exists
 -- ARGV[1]  token of the delivery
 -- ARGV[2]  delay in milliseconds
 -- ARGV[3]  envelope of the next attempt (attempt + 1)
+-- ARGV[4]  the attempt's error (JSON), kept in the record ("" without KEYS[4])
 --
 -- Reply: 1 when scheduled.
 -- Error: "FENCED ..." when the token is no longer this consumer's delivery
@@ -15,6 +17,11 @@ if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then
   redis.call('HINCRBY', KEYS[3], 'fenced_out', 1)
   return redis.error_reply('FENCED delivery ' .. ARGV[1] .. ' is no longer current')
 end
-redis.call('ZADD', KEYS[2], now_ms() + tonumber(ARGV[2]), ARGV[3])
+local due = now_ms() + tonumber(ARGV[2])
+redis.call('ZADD', KEYS[2], due, ARGV[3])
 redis.call('HINCRBY', KEYS[3], 'retried', 1)
+if KEYS[4] and redis.call('EXISTS', KEYS[4]) == 1 then
+  redis.call('HSET', KEYS[4], 'state', 'scheduled', 'env', ARGV[3], 'due', due, 'token', ARGV[1],
+    'error', ARGV[4])
+end
 return 1

@@ -1,0 +1,27 @@
+-- Include-only helpers for task records (P:{Q}:job:<jid>, a HASH).
+--
+-- finish_record: write a finished task's fields, give the record its
+-- retention (keep_ms > 0: PEXPIRE; 0: kept until trimmed) and add it to
+-- index (a ZSET of record keys by finish time).
+-- trim_records: drop the oldest records of index beyond cap. The keys it
+-- drops come from the index, so they share its hash tag (the queue's): every
+-- script that includes this stays single-slot.
+local function finish_record(record, index, fields, keep_ms, now)
+  redis.call('HSET', record, unpack(fields))
+  if keep_ms > 0 then
+    redis.call('PEXPIRE', record, keep_ms)
+  else
+    redis.call('PERSIST', record)
+  end
+  redis.call('ZADD', index, now, record)
+end
+
+local function trim_records(index, cap)
+  local excess = redis.call('ZCARD', index) - cap
+  if excess > 0 then
+    local old = redis.call('ZPOPMIN', index, excess)
+    for i = 1, #old, 2 do
+      redis.call('DEL', old[i])
+    end
+  end
+end
