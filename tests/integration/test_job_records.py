@@ -199,8 +199,8 @@ async def test_a_failure_is_kept_with_its_traceback_and_can_run_again(redis_url:
     server = new_server(redis_url, worker("pgn", "parse", parse_game, retry=False))
     async with Client(redis_url=redis_url, keep_result=0) as client, running(server):
         jid = await client.enqueue(Task("pgn", "parse", {"id": 1}))  # no record while it lives ...
+        await eventually(lambda: client.job(jid), what="the failure's record")  # ... one once it failed
         with pytest.raises(JobFailed, match=f"task {jid} failed: KeyError: 'lines'") as caught:
-            await eventually(lambda: client.job(jid), what="the failure's record")  # ... one once it failed
             await client.result(jid, timeout=10)
         error = caught.value.error
         assert error.type == "KeyError"
