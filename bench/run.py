@@ -410,7 +410,11 @@ def render(out: dict[str, Any]) -> str:
             L += table(["when", "supervisor", "children"], rows)
         stored = [(name, r) for name, r in sc.items() if isinstance(r, dict) and r.get("redis")]
         if stored:
-            L += ["", "### Redis memory (keys in db 0 and used_memory, before the fill and after the drain)", ""]
+            L += [
+                "",
+                "### Redis memory (keys in db 0 and used_memory, before the fill and after the drain)",
+                "",
+            ]
             rows = []
             for name, r in stored:
                 red = r["redis"]

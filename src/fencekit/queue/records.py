@@ -166,9 +166,7 @@ def _token(value: Any) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-def parse(
-    jid: str, queue: str, reply: Sequence[Any], now_ms: float | None = None
-) -> JobInfo | None:
+def parse(jid: str, queue: str, reply: Sequence[Any], now_ms: float | None = None) -> JobInfo | None:
     """The :class:`JobInfo` of a ``job_info.lua`` reply, None when the task has no record."""
     flat, running_token, running_env = reply
     if not flat:
