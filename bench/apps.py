@@ -1,6 +1,6 @@
 """Workers the end-to-end benchmarks run (``python -m fencekit.pool bench.apps:APP``).
 
-- ``noop``: every operation of queue ``bench`` (``noop``, ``fenced``, ``sleep``, ``lat``);
+- ``noop``: every operation of queue ``bench`` (``noop``, ``fenced``, ``result``, ``sleep``, ``lat``);
 - ``many_queues``: a ``noop`` worker on each of the queues ``q000`` .. ``q099``.
 
 ``lat`` records ``time.time()`` at start minus the enqueue time carried in
@@ -40,6 +40,17 @@ class Fenced:
         await current_job().set_if_fresh(f"bench:out:{payload.get('i', 0) % 1024}", payload.get("i", 0))
 
 
+class Result:
+    """Returns a small result (kept in the task's record when it has one)."""
+
+    queue = QUEUE
+    operation = "result"
+
+    @classmethod
+    async def perform(cls, payload: dict[str, Any]) -> dict[str, Any]:
+        return {"ok": True, "i": payload.get("i", 0)}
+
+
 class Sleep:
     """I/O-bound: ``await asyncio.sleep(0.001)``."""
 
@@ -61,7 +72,7 @@ class Latency:
         await current_job().client.redis.rpush("bench:lat", repr(started - payload["t"]))
 
 
-noop = [Noop, Fenced, Sleep, Latency]
+noop = [Noop, Fenced, Result, Sleep, Latency]
 
 
 def _noop_on(queue: str) -> type:

@@ -51,8 +51,9 @@ def server_argv(url: str, conc: int) -> list[str]:
     return [PY, "-m", "bench.fk_server", url, str(conc)]
 
 
-def quiet_client(url: str) -> Client:
-    client = Client(url)
+def quiet_client(url: str, keep_result: float = 0.0) -> Client:
+    """A producer that logs nothing per task and, unless asked, keeps no task records."""
+    client = Client(url, keep_result=keep_result)
     client.logger.setLevel(logging.WARNING)  # enqueue logs each task at INFO otherwise
     return client
 
@@ -64,12 +65,16 @@ async def fill(
     queues: list[str] | None = None,
     delay: float | None = None,
     batch: int = 10_000,
+    task_timeout: float | None = None,
 ) -> float:
     """Enqueue ``n`` tasks with ``enqueue_many`` (round-robin over ``queues``); returns seconds."""
     queues = queues or [apps.QUEUE]
     started = time.perf_counter()
     for start in range(0, n, batch):
-        tasks = [Task(queues[i % len(queues)], op, {"i": i}) for i in range(start, min(n, start + batch))]
+        tasks = [
+            Task(queues[i % len(queues)], op, {"i": i}, timeout=task_timeout)
+            for i in range(start, min(n, start + batch))
+        ]
         await client.enqueue_many(tasks, delay=delay)
     return time.perf_counter() - started
 
@@ -113,15 +118,21 @@ async def drain(
     server: bool = False,
     memory: bool = False,
     timeout: float = 600.0,
+    keep_result: float = 0.0,
+    task_timeout: float | None = None,
 ) -> dict[str, Any]:
-    """Pre-enqueue ``n`` tasks, start the pool (or a Server), time until the last ack in Redis."""
+    """Pre-enqueue ``n`` tasks, start the pool (or a Server), time until the last ack in Redis.
+
+    ``keep_result`` > 0 gives every task a record (the default of a ``Client``);
+    ``task_timeout`` sets ``Task(timeout=...)`` on every task.
+    """
     r = aredis.from_url(url)
     await r.flushall()
     store: dict[str, Any] = {}
     if memory:
         store["empty"] = await _redis_memory(r)
-    client = quiet_client(url)
-    fill_s = await fill(client, n, op, queues)
+    client = quiet_client(url, keep_result)
+    fill_s = await fill(client, n, op, queues, task_timeout=task_timeout)
     if memory:
         store["filled"] = await _redis_memory(r)
     if scheduled:

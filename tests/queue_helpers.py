@@ -87,6 +87,7 @@ def stats(r: redis.Redis, queue: str) -> dict[str, int]:
         "purged",
         "revived",
         "expired",
+        "deduped",
     ):
         values.setdefault(name, 0)
     return values

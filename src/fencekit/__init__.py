@@ -37,6 +37,7 @@ from fencekit.primitives.idempotency import AsyncIdempotencyGuard, IdempotencyGu
 from fencekit.primitives.lock import AsyncDistributedLock, DistributedLock
 from fencekit.primitives.tokens import BeginOutcome, FenceToken, LockHandle
 from fencekit.queue.client import Client
+from fencekit.queue.enqueue import Enqueued
 from fencekit.queue.handle import DeadLetter, Queue, QueueStats, ScheduledTask
 from fencekit.queue.job import Job, current_job
 from fencekit.queue.records import JobError, JobInfo, JobStatus, Progress
@@ -69,6 +70,7 @@ __all__ = [  # noqa: RUF022 - grouped by topic
     "App",
     "Client",
     "DeadLetter",
+    "Enqueued",
     "Job",
     "JobError",
     "JobInfo",

@@ -24,6 +24,8 @@ Cluster too (invariant I5 of ``docs/design.md``). The schema, with ``P`` the pre
     P:{Q}:job:<jid>            HASH   the task's record (only with keep_result > 0, or once it
                                       failed): env, state, enqueued, due, token, result,
                                       error, finished, progress, keep
+    P:{Q}:unique:<key>         STRING jid of the task holding Task(unique_key=<key>); lives
+                                      while that task's record does (or unique_for)
     P:{Q}:finished             ZSET   record keys of finished tasks by finish time (ms): the
                                       newest keep_finished are kept
     P:{Q}:failed               ZSET   record keys of failed tasks by finish time (ms): the
@@ -131,6 +133,10 @@ class QueueKeys:
     def inflight(self, consumer_id: str) -> str:
         """The in-flight hash of one consumer incarnation for this queue."""
         return self._inflight_base + consumer_id
+
+    def unique(self, key: str) -> str:
+        """The dedupe key of ``Task(unique_key=key)``: the jid of the task holding it."""
+        return self._job_base[: -len("job:")] + "unique:" + key
 
     def job(self, jid: str) -> str:
         """The record of task ``jid``: its state, result or error, progress (``P:{Q}:job:<jid>``)."""

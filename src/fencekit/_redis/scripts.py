@@ -173,6 +173,29 @@ def enqueue_tracked(
     )
 
 
+def enqueue_unique(
+    *,
+    pending: str,
+    scheduled: str,
+    stats: str,
+    wake: str,
+    record: str,
+    unique: str,
+    delay_ms: int,
+    keep_ms: int,
+    envelope: bytes,
+    jid: str,
+    record_prefix: str,
+    unique_for_ms: int,
+) -> Call:
+    """Accept a task unless its unique key is held; reply ``{created, jid}`` (``enqueue_unique.lua``)."""
+    return call(
+        "enqueue_unique",
+        (pending, scheduled, stats, wake, record, unique),
+        (delay_ms, keep_ms, envelope, jid, record_prefix, unique_for_ms),
+    )
+
+
 class RecordedAck(NamedTuple):
     """An ack whose task keeps a record: the result lands in it (``ack_claim.lua``)."""
 

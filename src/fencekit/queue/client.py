@@ -32,13 +32,13 @@ import redis.asyncio
 from typing_extensions import Unpack
 
 from fencekit._log import default_logger
-from fencekit._redis import scripts
 from fencekit._redis.clients import aclose_client, async_client, watch_of
 from fencekit._redis.keys import KeySpace
 from fencekit._redis.link import Link, open_link, wait_replicas
 from fencekit._redis.run import Durability, apipeline, translated
 from fencekit._redis.url import parse_url
 from fencekit.errors import ConfigError, DurabilityError, JobNotFound, PayloadError
+from fencekit.queue.enqueue import Enqueued, EnqueuePlan
 from fencekit.queue.handle import Queue, QueueStats
 from fencekit.queue.records import JobInfo
 from fencekit.queue.registry import known_queues, register_queues
@@ -130,47 +130,36 @@ class Client:
     async def enqueue_many(
         self, tasks: Iterable[Task], *, delay: float | timedelta | None = None, at: datetime | None = None
     ) -> list[str]:
-        """Accept many tasks in one round trip; all are validated before any is sent."""
-        delay_ms = _delay_ms(delay, at)
-        tasks = list(tasks)
-        by_queue: dict[tuple[str, int | None], list[Task]] = {}
-        envelopes: dict[int, bytes] = {}
-        for task in tasks:
-            if not isinstance(task, Task):
-                raise PayloadError(f"enqueue takes Task objects, got {type(task).__name__}")
-            envelopes[id(task)] = task.envelope(self.max_payload, self.keep_result)
-            by_queue.setdefault((task.queue, task.keep_ms(self.keep_result)), []).append(task)
-        if not by_queue:
+        """Accept many tasks in one round trip; all are validated before any is sent.
+
+        A task with a ``unique_key`` whose key is held gets the holder's jid.
+        """
+        return [e.jid for e in await self._enqueue(list(tasks), _delay_ms(delay, at))]
+
+    async def enqueue_unique(
+        self, task: Task, *, delay: float | timedelta | None = None, at: datetime | None = None
+    ) -> Enqueued:
+        """Enqueue ``task`` unless its ``unique_key`` is held: ``Enqueued(jid, created)``.
+
+        A duplicate gets the jid of the task that holds the key (so
+        ``client.result(jid)`` is that task's result), and ``created`` False.
+        """
+        if task.unique_key is None:
+            raise ConfigError("enqueue_unique needs a Task with a unique_key")
+        (enqueued,) = await self._enqueue([task], _delay_ms(delay, at))
+        return enqueued
+
+    async def _enqueue(self, tasks: list[Task], delay_ms: int) -> list[Enqueued]:
+        plan = EnqueuePlan.of(
+            self.keys, tasks, max_payload=self.max_payload, keep_result=self.keep_result, delay_ms=delay_ms
+        )
+        if not plan.calls:
             return []
-        calls = []
-        for (queue, keep_ms), group in by_queue.items():
-            qk = self.keys.queue(queue)
-            raws = [envelopes[id(t)] for t in group]
-            if keep_ms is None:
-                call = scripts.enqueue(
-                    pending=qk.pending,
-                    scheduled=qk.scheduled,
-                    stats=qk.stats,
-                    wake=qk.wake,
-                    delay_ms=delay_ms,
-                    envelopes=raws,
-                )
-            else:
-                call = scripts.enqueue_tracked(
-                    pending=qk.pending,
-                    scheduled=qk.scheduled,
-                    stats=qk.stats,
-                    wake=qk.wake,
-                    delay_ms=delay_ms,
-                    keep_ms=keep_ms,
-                    envelopes=raws,
-                    records=[qk.job(t.jid) for t in group if t.jid is not None],
-                )
-            calls.append(call)
-        new = list(dict.fromkeys(q for q, _ in by_queue if q not in self._known_queues))
+        new = [q for q in plan.queues if q not in self._known_queues]
         if new:
             await register_queues(self.redis, self.keys, new)
             self._known_queues.update(new)
+        calls = plan.calls
         durable = self.durable
         if self._owns_redis:
             link = await self._link()
@@ -189,7 +178,7 @@ class Client:
                 f"{durable.replicas} replicas within {durable.timeout_ms} ms: a failover now could lose them",
                 confirmed,
             )
-        return [t.jid for t in tasks if t.jid is not None]
+        return plan.outcomes(tasks, results)
 
     async def _link(self) -> Link:
         """The lean connection for enqueues (opened on first use, again after a failure)."""

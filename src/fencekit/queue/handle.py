@@ -43,7 +43,8 @@ class QueueStats:
     malformed); ``dead`` the failed ones kept as dead letters; ``fenced_out``
     settlements refused because the delivery was stale; ``retried`` attempts
     scheduled again (after an exception, a timeout or a crash); ``expired``
-    tasks dropped unrun because their ``expires`` time had passed.
+    tasks dropped unrun because their ``expires`` time had passed; ``deduped``
+    enqueues that returned the jid of the task holding their ``unique_key``.
     """
 
     processed: int = 0
@@ -55,6 +56,7 @@ class QueueStats:
     purged: int = 0
     revived: int = 0
     expired: int = 0
+    deduped: int = 0
 
     @classmethod
     def from_hash(cls, raw: dict[Any, Any]) -> QueueStats:

@@ -24,6 +24,10 @@ class Task:
     aware datetime) is when the task, if it has not started, is dropped as
     expired instead of run. ``keep_result`` (seconds; None: the client's
     ``keep_result`` setting; 0: no record) is how long its record outlives it.
+    ``unique_key`` dedupes: while a task with that key of the same queue lives
+    (pending, scheduled, running, or finished with its record kept), enqueue
+    returns that task's jid instead of a new one; ``unique_for`` (seconds)
+    bounds how long the key dedupes at most.
     """
 
     queue: str
@@ -34,6 +38,8 @@ class Task:
     timeout: float | timedelta | None = None
     expires: float | timedelta | datetime | None = None
     keep_result: float | timedelta | None = None
+    unique_key: str | None = None
+    unique_for: float | timedelta | None = None
 
     def envelope(self, max_payload: int = codec.DEFAULT_MAX_PAYLOAD, keep_result: float = 0.0) -> bytes:
         """Validate the task, fill in ``jid``, and return its encoded envelope.
@@ -54,6 +60,9 @@ class Task:
                 f"jid must be 1 to {MAX_JID} printable characters without whitespace, got {self.jid!r}"
             )
         codec.check_params(self.params)
+        if self.unique_key is not None:
+            _check_unique(self.unique_key)
+            self.unique_ms()
         now_ms = time.time_ns() // 1_000_000
         raw = codec.encode(
             self.jid,
@@ -72,12 +81,23 @@ class Task:
             )
         return raw
 
+    def unique_ms(self) -> int:
+        """How long ``unique_key`` dedupes at most, in ms (0: while its task lives)."""
+        if self.unique_for is None:
+            return 0
+        seconds = seconds_of(self.unique_for, "unique_for")
+        if not 0 < seconds < 1e10:
+            raise PayloadError(f"unique_for must be a positive number of seconds, got {self.unique_for!r}")
+        return max(1, round(seconds * 1000))
+
     def keep_ms(self, default: float) -> int | None:
         """The retention of this task's record in ms (its own, else ``default`` s), None for no record."""
         value = self.keep_result if self.keep_result is not None else default
         seconds = seconds_of(value, "keep_result")
         if not 0 <= seconds < 1e10:
             raise PayloadError(f"keep_result must be a non-negative number of seconds, got {value!r}")
+        if self.unique_key is not None:  # its record is what holds the key: gone as it finishes
+            return max(1, round(seconds * 1000))
         return round(seconds * 1000) or None
 
     @classmethod
@@ -112,6 +132,13 @@ def unix_ms(when: datetime, label: str) -> int:
     if when.tzinfo is None or when.utcoffset() is None:
         raise PayloadError(f"{label} must be a timezone-aware datetime, got the naive {when!r}")
     return round(when.timestamp() * 1000)
+
+
+def _check_unique(key: object) -> None:
+    if not is_jid(key):
+        raise PayloadError(
+            f"unique_key must be 1 to {MAX_JID} printable characters without whitespace, got {key!r}"
+        )
 
 
 def _timeout(value: float | timedelta | None) -> float | None:

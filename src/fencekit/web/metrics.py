@@ -54,6 +54,7 @@ _COUNTERS = (
     ("dead", "Failed tasks kept as dead letters."),
     ("retried", "Attempts scheduled again after an exception, a timeout or a crash."),
     ("expired", "Tasks dropped unrun because their expires time had passed."),
+    ("deduped", "Enqueues that returned the jid of the task holding their unique_key."),
     ("enqueued", "Tasks accepted into the queue (revived ones included)."),
 )
 

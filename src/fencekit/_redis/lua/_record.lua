@@ -2,7 +2,8 @@
 --
 -- finish_record: write a finished task's fields, give the record its
 -- retention (keep_ms > 0: PEXPIRE; 0: kept until trimmed) and add it to
--- index (a ZSET of record keys by finish time).
+-- index (a ZSET of record keys by finish time); a unique key the record
+-- holds expires with it at the latest.
 -- trim_records: drop the oldest records of index beyond cap. The keys it
 -- drops come from the index, so they share its hash tag (the queue's): every
 -- script that includes this stays single-slot.
@@ -14,6 +15,18 @@ local function finish_record(record, index, fields, keep_ms, now)
     redis.call('PERSIST', record)
   end
   redis.call('ZADD', index, now, record)
+  -- a unique key (enqueue_unique.lua) dedupes no longer than its holder's record lives
+  local unique = redis.call('HGET', record, 'unique')
+  if unique then
+    local ttl = keep_ms
+    if ttl <= 0 then
+      ttl = tonumber(redis.call('HGET', record, 'keep') or '1')
+    end
+    local left = redis.call('PTTL', unique)
+    if left == -1 or left > ttl then
+      redis.call('PEXPIRE', unique, ttl)
+    end
+  end
 end
 
 local function trim_records(index, cap)

@@ -1,5 +1,5 @@
 -- Drop every task waiting in a queue (not scheduled, not in flight), and the
--- records of those that kept one.
+-- records (and unique keys) of those that kept one.
 --
 -- KEYS[1]  pending     P:{Q}:pending
 -- KEYS[2]  stats       P:{Q}:stats       ("purged" += n, so counters still add up)
@@ -15,6 +15,10 @@ if n > 0 then
     for _, envelope in ipairs(items) do
       local jid = string.match(envelope, '^{"jid":"([^"\\]+)"')
       if jid and string.find(envelope, '"keep":', 1, true) then
+        local unique = redis.call('HGET', ARGV[1] .. jid, 'unique')
+        if unique and redis.call('GET', unique) == jid then
+          redis.call('DEL', unique)
+        end
         redis.call('DEL', ARGV[1] .. jid)
       end
     end
