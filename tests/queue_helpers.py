@@ -88,6 +88,7 @@ def stats(r: redis.Redis, queue: str) -> dict[str, int]:
         "revived",
         "expired",
         "deduped",
+        "cancelled",
     ):
         values.setdefault(name, 0)
     return values

@@ -163,6 +163,12 @@ class ClientOptions(TypedDict, total=False):
             metavar="S",
         ),
     ]
+    keep_finished: Annotated[
+        int,
+        Option(
+            10_000, "finished task records kept per queue (oldest dropped)", check=at_least(0), metavar="N"
+        ),
+    ]
 
 
 class ServerOptions(ClientOptions, total=False):
@@ -220,12 +226,6 @@ class ServerOptions(ClientOptions, total=False):
     ]
     keep_dead: Annotated[
         int, Option(10_000, "dead letters kept per queue (oldest dropped)", check=at_least(0), metavar="N")
-    ]
-    keep_finished: Annotated[
-        int,
-        Option(
-            10_000, "finished task records kept per queue (oldest dropped)", check=at_least(0), metavar="N"
-        ),
     ]
     keep_failed: Annotated[
         int,

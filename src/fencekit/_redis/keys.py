@@ -32,6 +32,8 @@ Cluster too (invariant I5 of ``docs/design.md``). The schema, with ``P`` the pre
                                       newest keep_failed are kept
     P:{Q}:done                 (sharded pub/sub channel) the jid of each recorded task
                                       that finished, for Client.result()
+    P:{Q}:cancel               (sharded pub/sub channel) "<jid> <token>" of a running
+                                      delivery cancelled, for its consumer
     P:fence:{Q}:job:<jid>      STRING highest token of the task's deliveries whose writes
                                       stand (raised past a reaped or returned delivery);
                                       the fence of ``current_job().set_if_fresh``
@@ -127,6 +129,7 @@ class QueueKeys:
     finished: str
     failed: str
     done_channel: str
+    cancel_channel: str
     _inflight_base: str
     _job_base: str
 
@@ -199,6 +202,7 @@ class KeySpace:
                 finished=base + "finished",
                 failed=base + "failed",
                 done_channel=base + "done",
+                cancel_channel=base + "cancel",
                 _inflight_base=base + "inflight:",
                 _job_base=base + "job:",
             )

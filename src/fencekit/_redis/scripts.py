@@ -326,6 +326,24 @@ def job_info(*, record: str, inflight: Sequence[str], jid: str) -> Call:
     return call("job_info", (record, *inflight), (jid,))
 
 
+def cancel(
+    *,
+    record: str,
+    pending: str,
+    scheduled: str,
+    stats: str,
+    finished: str,
+    inflight: Sequence[str],
+    jid: str,
+    channel: str,
+    keep_finished: int,
+) -> Call:
+    """Cancel a task wherever it is; reply ``{cancelled, where}`` (``cancel.lua``)."""
+    return call(
+        "cancel", (record, pending, scheduled, stats, finished, *inflight), (jid, channel, keep_finished)
+    )
+
+
 def job_progress(*, inflight: str, record: str, token: int, progress: bytes) -> Call:
     """A running job's progress; reply 1 or 0, error ``FENCED`` (``job_progress.lua``)."""
     return call("job_progress", (inflight, record), (token, progress))

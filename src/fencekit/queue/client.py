@@ -42,7 +42,7 @@ from fencekit.queue.enqueue import Enqueued, EnqueuePlan
 from fencekit.queue.handle import Queue, QueueStats
 from fencekit.queue.records import JobInfo
 from fencekit.queue.registry import known_queues, register_queues
-from fencekit.queue.results import SAFETY_REREAD, ResultWaiter, outcome, read_job
+from fencekit.queue.results import SAFETY_REREAD, ResultWaiter, cancel_job, outcome, read_job
 from fencekit.queue.task import Task, unix_ms
 from fencekit.settings import ClientOptions, ClientSettings, resolve, table, with_url
 
@@ -234,6 +234,18 @@ class Client:
         if info is None:
             raise JobNotFound(f"no record of task {jid}: it keeps none (keep_result=0), or it was forgotten")
         return outcome(info)
+
+    async def cancel(self, jid: str, *, queue: str | None = None) -> bool:
+        """Cancel task ``jid``: True if this call cancelled it, False if it had finished or is unknown.
+
+        A waiting task leaves its queue; a running one stops being current at
+        once (its ack and fenced writes are refused) and its consumer cancels
+        its coroutine as soon as the published cancel reaches it. Its record,
+        if it has one, says ``cancelled``. A task without a record is looked for
+        in every known queue (pass ``queue`` to look in one), by a scan whose
+        cost grows with the queue's length.
+        """
+        return await cancel_job(self.redis, self.keys, jid, queue, self.settings["keep_finished"])
 
     async def queues(self) -> list[str]:
         """Every queue name ever used with this prefix."""

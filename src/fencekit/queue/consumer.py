@@ -40,6 +40,7 @@ from fencekit._redis.run import Durability
 from fencekit._redis.url import RedisTarget
 from fencekit.errors import ConfigError, FencedOutError, StoreError
 from fencekit.queue import settle
+from fencekit.queue.cancels import CancelListener
 from fencekit.queue.client import Client
 from fencekit.queue.loops import Backoff
 from fencekit.queue.outbox import AckClaim, Outbox, Settle, Turn
@@ -112,6 +113,13 @@ class Consumer:
             logger=logger,
             on_wake=self._woken,
         )
+        self._cancels = CancelListener(
+            redis_client,
+            {k.cancel_channel: q for q, k in self._qkeys.items()},
+            name=consumer_id,
+            logger=logger,
+            on_cancel=self._cancel,
+        )
         self._stopping = False
         self._stopped = asyncio.Event()
         self._reconcile = False
@@ -148,11 +156,14 @@ class Consumer:
         if not self.queues:
             raise ConfigError("consumer has no queues: register at least one worker")
         waker = asyncio.create_task(self._waker.run(), name=f"fencekit-wake-{self.consumer_id}")
+        cancels = asyncio.create_task(self._cancels.run(), name=f"fencekit-cancels-{self.consumer_id}")
         try:
             await self._loop()
         finally:
             waker.cancel()
-            await asyncio.gather(waker, return_exceptions=True)
+            cancels.cancel()
+            await asyncio.gather(waker, cancels, return_exceptions=True)
+            await self._cancels.aclose()
             try:
                 await self._return_inflight()  # StoreError: they stay in flight for the reaper
             finally:
@@ -324,8 +335,17 @@ class Consumer:
         self._running[key] = task
         task.add_done_callback(functools.partial(self._finished, key))
 
+    def _cancel(self, queue: str, jid: str, token: int) -> None:
+        """A cancel for delivery ``token`` of ``queue`` arrived: stop its coroutine if it runs here."""
+        task = self._running.get((queue, token))
+        if task is not None and not task.done():
+            self._performer.cancelled.add((queue, token))
+            task.cancel()
+
     def _finished(self, key: tuple[str, int], _task: object = None) -> None:
         self._running.pop(key, None)
+        if self._performer.cancelled:
+            self._performer.cancelled.discard(key)
         self._event.set()
 
     # connections, waking, returning ----------------------------------------

@@ -44,7 +44,8 @@ class QueueStats:
     settlements refused because the delivery was stale; ``retried`` attempts
     scheduled again (after an exception, a timeout or a crash); ``expired``
     tasks dropped unrun because their ``expires`` time had passed; ``deduped``
-    enqueues that returned the jid of the task holding their ``unique_key``.
+    enqueues that returned the jid of the task holding their ``unique_key``;
+    ``cancelled`` tasks a client's ``cancel()`` took out (waiting or running).
     """
 
     processed: int = 0
@@ -57,6 +58,7 @@ class QueueStats:
     revived: int = 0
     expired: int = 0
     deduped: int = 0
+    cancelled: int = 0
 
     @classmethod
     def from_hash(cls, raw: dict[Any, Any]) -> QueueStats:

@@ -54,7 +54,7 @@ class Job:
     first read.
     """
 
-    __slots__ = ("_attempt", "_delivery", "_jid", "_operation", "_params", "_site", "_timed_out", "_token")
+    __slots__ = ("_attempt", "_delivery", "_jid", "_operation", "_params", "_refused", "_site", "_token")
 
     def __init__(
         self, jid: str, operation: str, attempt: int, params: dict[str, Any], delivery: int, site: JobSite
@@ -66,7 +66,7 @@ class Job:
         self._delivery = delivery
         self._site = site
         self._token: FenceToken | None = None
-        self._timed_out: float | None = None
+        self._refused: str | None = None
 
     @property
     def jid(self) -> str:
@@ -102,9 +102,13 @@ class Job:
             f"attempt={self._attempt})"
         )
 
+    def fence_locally(self, why: str) -> None:
+        """This delivery stopped being current (it timed out, was cancelled): from now on its
+        writes are refused here, before Redis refuses them too."""
+        self._refused = why
+
     def time_out(self, seconds: float) -> None:
-        """Its run timed out: from now on its writes are refused here, before Redis refuses them too."""
-        self._timed_out = seconds
+        self.fence_locally(f"timed out after {seconds:g}s")
 
     async def set_if_fresh(self, key: str, value: str | bytes | int | float) -> None:
         """``SET key value`` while this delivery is the task's current one (one atomic script).
@@ -113,11 +117,7 @@ class Job:
         :class:`~fencekit.errors.FencedOutError` once the delivery was reaped,
         returned, finished or timed out, or a newer one exists.
         """
-        if self._timed_out is not None:
-            raise FencedOutError(
-                f"delivery {self._delivery} of task {self._jid} timed out after {self._timed_out:g}s; "
-                "its writes are refused"
-            )
+        self._check_current()
         site = self._site
         token, fence, target, value = site.rules.write(self.token, key, value)
         call = scripts.job_set(
@@ -132,8 +132,7 @@ class Job:
         (:class:`~fencekit.errors.FencedOutError` otherwise); returns False when
         the task keeps no record (``keep_result=0``).
         """
-        if self._timed_out is not None:
-            raise FencedOutError(f"delivery {self._delivery} of task {self._jid} timed out")
+        self._check_current()
         site = self._site
         call = scripts.job_progress(
             inflight=site.inflight,
@@ -142,6 +141,12 @@ class Job:
             progress=encode_progress(fraction, message),
         )
         return bool(await site.run(call))
+
+    def _check_current(self) -> None:
+        if self._refused is not None:
+            raise FencedOutError(
+                f"delivery {self._delivery} of task {self._jid} {self._refused}; its writes are refused"
+            )
 
     async def enqueue(
         self, task: Task, *, delay: float | timedelta | None = None, at: datetime | None = None

@@ -55,6 +55,8 @@ class ConsumerStats:
     """Settlements refused because Redis lost its data after the task was claimed."""
     expired: int = 0
     """Tasks dropped unrun because their ``expires`` time had passed when claimed."""
+    cancelled: int = 0
+    """Running tasks stopped by a client's ``cancel()``."""
     durations: DurationHistogram = field(default_factory=DurationHistogram)
 
 
@@ -97,6 +99,8 @@ class Performer:
         self.info = logger.isEnabledFor(logging.INFO)
         self.abandoned: set[asyncio.Future[Any]] = set()
         """Runs cancelled by their timeout that have not ended yet (cancelled again at stop)."""
+        self.cancelled: set[tuple[str, int]] = set()
+        """Deliveries whose cancellation is a client's ``cancel()``, not a stop (cancel.lua settled them)."""
 
     def delivery(self, queue: str, token: int, raw: bytes = b"") -> Delivery:
         return Delivery(queue, self.inflight[queue], token, raw)
@@ -143,12 +147,21 @@ class Performer:
                     self._failed(queue, token, envelope, spec, None, timeout)
                     return
         except asyncio.CancelledError:
-            raise  # stopping: the task goes back to its queue with the same attempt
+            if (queue, token) not in self.cancelled:
+                raise  # stopping: the task goes back to its queue with the same attempt
+            self._was_cancelled(queue, token, envelope, job)
+            return
         except Exception as exc:
-            self._failed(queue, token, envelope, spec, exc)
+            if self.cancelled and (queue, token) in self.cancelled:
+                self._was_cancelled(queue, token, envelope, job)
+            else:
+                self._failed(queue, token, envelope, spec, exc)
             return
         finally:
             self.stats.durations.observe(time.perf_counter() - started)
+        if self.cancelled and (queue, token) in self.cancelled:  # it swallowed the cancel
+            self._was_cancelled(queue, token, envelope, job)
+            return
         if self.info:
             self.logger.info("task %s completed in %.3fs", envelope.jid, time.perf_counter() - started)
         keep = spec.keep_ms if spec.keep_ms is not None else envelope.keep
@@ -230,6 +243,13 @@ class Performer:
             )
             if run.exception() is not None:
                 self.logger.debug("task %s ended with %r after its timeout", envelope.jid, run.exception())
+
+    def _was_cancelled(self, queue: str, token: int, envelope: codec.Envelope, job: Job) -> None:
+        """A client's cancel() stopped it: cancel.lua took it out of flight and recorded it already."""
+        self.cancelled.discard((queue, token))
+        job.fence_locally("was cancelled")
+        self.stats.cancelled += 1
+        self.logger.info("task %s (%s/%s) cancelled while running", envelope.jid, queue, envelope.operation)
 
     def _expired(self, queue: str, token: int, envelope: codec.Envelope) -> None:
         self.stats.expired += 1

@@ -30,7 +30,7 @@ from fencekit.errors import ConfigError, JobCancelled, JobExpired, JobFailed, St
 from fencekit.queue.records import JobInfo, JobStatus, parse
 from fencekit.queue.registry import known_queues
 
-__all__ = ["SAFETY_REREAD", "ResultWaiter", "outcome", "read_job"]
+__all__ = ["SAFETY_REREAD", "ResultWaiter", "cancel_job", "outcome", "read_job"]
 
 SAFETY_REREAD = 5.0
 """Seconds between re-reads of a record while waiting (a lost message costs at most this)."""
@@ -56,6 +56,44 @@ async def read_job(
     qk = keys.queue(queue)
     call = scripts.job_info(record=qk.job(jid), inflight=[qk.inflight(c) for c in consumers], jid=jid)
     return parse(jid, queue, await arun(redis_client, call))
+
+
+async def cancel_job(
+    redis_client: redis.asyncio.Redis, keys: KeySpace, jid: str, queue: str | None, keep_finished: int
+) -> bool:
+    """Run ``cancel.lua`` on the queue that has task ``jid`` (or each known queue until one has it)."""
+    if not is_jid(jid):
+        raise ConfigError(f"jid must be 1 to {MAX_JID} printable characters without whitespace, got {jid!r}")
+    with translated():
+        if queue is not None:
+            queues = [queue]
+        else:
+            queues = await known_queues(redis_client, keys)
+            pipe = redis_client.pipeline(transaction=False)
+            for name in queues:
+                pipe.exists(keys.queue(name).job(jid))
+            recorded = [name for name, n in zip(queues, await pipe.execute()) if n]
+            queues = recorded or queues  # without a record: look in every queue
+        consumers = [as_text(c) for c in await redis_client.hkeys(keys.consumers)]
+    for name in queues:
+        qk = keys.queue(name)
+        call = scripts.cancel(
+            record=qk.job(jid),
+            pending=qk.pending,
+            scheduled=qk.scheduled,
+            stats=qk.stats,
+            finished=qk.finished,
+            inflight=[qk.inflight(c) for c in consumers],
+            jid=jid,
+            channel=qk.cancel_channel,
+            keep_finished=keep_finished,
+        )
+        done, where = await arun(redis_client, call)
+        if int(done):
+            return True
+        if as_text(where):  # found, but finished already
+            return False
+    return False
 
 
 def outcome(info: JobInfo) -> Any:

@@ -55,6 +55,7 @@ _COUNTERS = (
     ("retried", "Attempts scheduled again after an exception, a timeout or a crash."),
     ("expired", "Tasks dropped unrun because their expires time had passed."),
     ("deduped", "Enqueues that returned the jid of the task holding their unique_key."),
+    ("cancelled", "Tasks a client's cancel() took out, waiting or running."),
     ("enqueued", "Tasks accepted into the queue (revived ones included)."),
 )
 

@@ -1,0 +1,90 @@
+-- Cancel a task: take it out of wherever it is and finish it as "cancelled".
+-- A running delivery leaves its consumer's in-flight hash here, so from this
+-- moment its ack and its fenced writes are refused; its jid and token are
+-- published on the queue's cancel channel for the consumer to stop the
+-- coroutine. A waiting task leaves the scheduled set or the queue. A task
+-- without a record is looked for by its jid in every place (a scan, so its
+-- cost grows with the queue); one with a record by its envelope.
+--
+-- KEYS[1]  record      P:{Q}:job:<jid>
+-- KEYS[2]  pending     P:{Q}:pending
+-- KEYS[3]  scheduled   P:{Q}:scheduled
+-- KEYS[4]  stats       P:{Q}:stats        ("cancelled" += 1)
+-- KEYS[5]  finished    P:{Q}:finished
+-- KEYS[6..] inflight   P:{Q}:inflight:<consumer> of every registered consumer of Q
+-- ARGV[1]  jid
+-- ARGV[2]  the cancel channel P:{Q}:cancel (SPUBLISH "<jid> <token>")
+-- ARGV[3]  how many finished records the queue keeps
+--
+-- Reply: { cancelled, where }
+--   cancelled  1 when this call cancelled it, else 0
+--   where      "running", "scheduled" or "pending" (where it was), the final
+--              state when it had finished already, "" when not found
+--!include _now_ms.lua
+--!include _record.lua
+local jid = ARGV[1]
+local state = redis.call('HGET', KEYS[1], 'state')
+if state and state ~= 'pending' and state ~= 'scheduled' then
+  return { 0, state }
+end
+local needle = '{"jid":"' .. jid .. '"'
+local function mine(envelope)
+  return string.sub(envelope, 1, #needle) == needle
+end
+
+local function cancelled(where, token)
+  redis.call('HINCRBY', KEYS[4], 'cancelled', 1)
+  if state then
+    local now = now_ms()
+    local keep = tonumber(redis.call('HGET', KEYS[1], 'keep') or '1')
+    local fields = { 'state', 'cancelled', 'finished', now }
+    if token then
+      fields[#fields + 1] = 'token'
+      fields[#fields + 1] = token
+    end
+    finish_record(KEYS[1], KEYS[5], fields, keep, now)
+    trim_records(KEYS[5], tonumber(ARGV[3]))
+  end
+  return { 1, where }
+end
+
+for i = 6, #KEYS do
+  local entries = redis.call('HGETALL', KEYS[i])
+  for j = 1, #entries, 2 do
+    if mine(entries[j + 1]) then
+      redis.call('HDEL', KEYS[i], entries[j])
+      redis.call('SPUBLISH', ARGV[2], jid .. ' ' .. entries[j])
+      return cancelled('running', entries[j])
+    end
+  end
+end
+
+local envelope = redis.call('HGET', KEYS[1], 'env')
+if envelope then
+  if redis.call('ZREM', KEYS[3], envelope) == 1 then
+    return cancelled('scheduled')
+  end
+  if redis.call('LREM', KEYS[2], 1, envelope) == 1 then
+    return cancelled('pending')
+  end
+  return { 0, '' }
+end
+
+local later = redis.call('ZRANGE', KEYS[3], 0, -1)
+for _, item in ipairs(later) do
+  if mine(item) then
+    redis.call('ZREM', KEYS[3], item)
+    return cancelled('scheduled')
+  end
+end
+local n = redis.call('LLEN', KEYS[2])
+for start = 0, n - 1, 10000 do
+  local items = redis.call('LRANGE', KEYS[2], start, start + 9999)
+  for _, item in ipairs(items) do
+    if mine(item) then
+      redis.call('LREM', KEYS[2], 1, item)
+      return cancelled('pending')
+    end
+  end
+end
+return { 0, '' }
