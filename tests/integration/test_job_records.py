@@ -479,3 +479,114 @@ async def test_result_of_tasks_run_by_pool_children(tmp_path: Path, private_redi
         pool.wait(30)
         log.close()
     assert pool.returncode == 0, (tmp_path / "pool.log").read_text()
+
+
+# -- Redis Cluster ---------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_record_scripts_run_on_redis_cluster(tmp_path: Path, server_binary: str) -> None:
+    """Each record script stays in its queue's slot: enqueue with records, a recorded ack (and its
+    SPUBLISH), job_info, progress, a kept failure and its retry, expiry, dedupe, cancel, purge."""
+    from fencekit._redis.run import run
+    from fencekit.queue import codec
+    from fencekit.testing.cluster import LocalCluster
+
+    with LocalCluster(tmp_path / "cluster", binary=server_binary) as cluster:
+        client = cluster.client()
+        try:
+            slots = set()
+            for queue in ("emails", "reports", "sms"):
+                qk = KEYS.queue(queue)
+                slots.add(client.keyslot(qk.pending))
+                tasks = [Task(queue, "op", {"n": i}) for i in range(4)]
+                envs = [t.envelope(keep_result=60) for t in tasks]
+                jids = [str(t.jid) for t in tasks]
+                call = scripts.enqueue_tracked(
+                    pending=qk.pending,
+                    scheduled=qk.scheduled,
+                    stats=qk.stats,
+                    wake=qk.wake,
+                    delay_ms=0,
+                    keep_ms=60_000,
+                    envelopes=envs,
+                    records=[qk.job(j) for j in jids],
+                )
+                assert run(client, call) == 4
+                reply = run(client, _claim_n(qk, "c1", 3))
+                first = int(reply[1])
+                claimed = {codec.decode(raw).jid: first + i for i, raw in enumerate(reply[3:])}
+                done_jid, fail_jid, cancel_jid = list(claimed)
+                assert run(
+                    client,
+                    scripts.job_progress(
+                        inflight=qk.inflight("c1"), record=qk.job(done_jid), token=claimed[done_jid],
+                        progress=b'{"fraction": 0.5, "message": ""}',
+                    ),
+                ) == 1  # fmt: skip
+                info = run(
+                    client,
+                    scripts.job_info(record=qk.job(done_jid), inflight=[qk.inflight("c1")], jid=done_jid),
+                )
+                assert int(info[1]) == claimed[done_jid]  # found running in the in-flight hash
+                ack = _ack(qk, "c1", claimed[done_jid], done_jid, "ok")
+                assert run(client, ack)[0] == []
+                assert client.hget(qk.job(done_jid), "state") == b"done"
+                failed = settle.fail(
+                    KEYS,
+                    Delivery(queue, qk.inflight("c1"), claimed[fail_jid]),
+                    jid=fail_jid,
+                    retention=RETENTION,
+                )
+                assert run(client, failed) == 1
+                assert client.zcard(qk.failed) == 1
+                fresh = codec.decode(client.hget(qk.job(fail_jid), "env"))._replace(attempt=0).encode()
+                again = scripts.failed_retry(
+                    failed=qk.failed,
+                    record=qk.job(fail_jid),
+                    pending=qk.pending,
+                    stats=qk.stats,
+                    wake=qk.wake,
+                    envelope=fresh,
+                    keep_ms=60_000,
+                )
+                assert run(client, again) == 1
+                cancel = scripts.cancel(
+                    record=qk.job(cancel_jid), pending=qk.pending, scheduled=qk.scheduled, stats=qk.stats,
+                    finished=qk.finished, inflight=[qk.inflight("c1")], jid=cancel_jid,
+                    channel=qk.cancel_channel, keep_finished=100,
+                )  # fmt: skip
+                assert run(client, cancel) == [1, b"running"]
+                unique = Task(queue, "op", unique_key="u")
+                env = unique.envelope(keep_result=60)
+                dedupe = scripts.enqueue_unique(
+                    pending=qk.pending, scheduled=qk.scheduled, stats=qk.stats, wake=qk.wake,
+                    record=qk.job(str(unique.jid)), unique=qk.unique("u"), delay_ms=0, keep_ms=60_000,
+                    envelope=env, jid=str(unique.jid), record_prefix=qk.job(""), unique_for_ms=0,
+                )  # fmt: skip
+                assert run(client, dedupe)[0] == 1
+                assert run(client, dedupe)[0] == 0
+                reply = run(client, _claim_n(qk, "c2", 1))
+                expired = settle.drop(
+                    KEYS, Delivery(queue, qk.inflight("c2"), int(reply[1])), "expired",
+                    jid=codec.decode(reply[3]).jid, recorded=True, retention=RETENTION,
+                )  # fmt: skip
+                assert run(client, expired) == 1
+                purge = scripts.purge(pending=qk.pending, stats=qk.stats, record_prefix=qk.job(""))
+                assert run(client, purge) == 2  # the retried failure and the unique task
+                assert client.exists(qk.unique("u")) == 0
+            assert len(slots) > 1
+        finally:
+            client.close()
+
+
+def _claim_n(qk: Any, consumer: str, n: int) -> scripts.Call:
+    return scripts.ack_claim(
+        pending=qk.pending,
+        inflight=qk.inflight(consumer),
+        token_counter=qk.token_counter,
+        stats=qk.stats,
+        wake=qk.wake,
+        want=n,
+        acks=[],
+    )
