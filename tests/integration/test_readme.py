@@ -62,6 +62,29 @@ async def test_the_time_limits_example_enqueues_as_it_says(redis_url: str):
     assert sorted(e.params["id"] for e in later) == [9, 10]
 
 
+async def test_the_status_and_results_example_runs(redis_url: str):
+    from fencekit import Client, Server
+
+    namespace: dict[str, object] = {}
+    exec(block_with("async def ask"), namespace)
+    server = Server(redis_url=redis_url, web_port=None, grace=0.5)
+    server.add_workers(namespace["Analyse"])
+    serving = asyncio.ensure_future(server.run())
+    try:
+        await asyncio.wait_for(server.started.wait(), 15)
+        async with Client(redis_url=redis_url) as client:
+            await namespace["ask"](client)  # type: ignore[operator]
+            jobs = {
+                s.decode(): v
+                for s, v in redis.Redis.from_url(redis_url).hgetall("fencekit:{games}:stats").items()
+            }
+    finally:
+        server.stop()
+        await asyncio.wait_for(serving, 15)
+    assert int(jobs["processed"]) + int(jobs.get("cancelled", 0)) == 2  # id 8 may finish first
+    assert int(jobs["deduped"]) == 1
+
+
 def test_the_job_queue_example_runs_until_sigterm(redis_url: str):
     r = redis.Redis.from_url(redis_url)
 
