@@ -584,6 +584,17 @@ def every_call(keys: KeySpace, queue: str) -> dict[str, scripts.Call]:
             keep_finished=10,
         ),
         "job_info": scripts.job_info(record=qk.job("j"), inflight=[inflight, qk.inflight("c2")], jid="j"),
+        "cancel": scripts.cancel(
+            record=qk.job("j"),
+            pending=qk.pending,
+            scheduled=qk.scheduled,
+            stats=qk.stats,
+            finished=qk.finished,
+            inflight=[inflight],
+            jid="j",
+            channel=qk.cancel_channel,
+            keep_finished=10,
+        ),
         "job_progress": scripts.job_progress(inflight=inflight, record=qk.job("j"), token=1, progress=b"{}"),
         "failed_retry": scripts.failed_retry(
             failed=qk.failed,

@@ -205,6 +205,7 @@ class RecordedAck(NamedTuple):
     result: bytes
     keep_ms: int
     envelope: bytes  # b"" when the record exists already (written at enqueue)
+    unique: str = ""  # the unique key the task holds, "" for none
 
 
 def ack_claim(
@@ -231,7 +232,7 @@ def ack_claim(
         keys = (*keys, finished, *(r.record for r in recorded))
         extra: list[Arg] = [channel, keep_finished]
         for r in recorded:
-            extra += (r.token, r.jid, r.result, r.keep_ms, r.envelope)
+            extra += (r.token, r.jid, r.result, r.keep_ms, r.envelope, r.unique)
         args = (*args, *extra)
     return call("ack_claim", keys, args)
 

@@ -6,9 +6,10 @@ An envelope is a JSON object::
      "params": {...}, "attempt": 0, "enqueued_at": 1764480000123}
 
 and, only when the task sets them, ``"timeout"`` (seconds the run may take),
-``"expires_at"`` (Unix ms after which it is not started) and ``"keep"`` (ms
-its finished record is kept: the task has a record), so a task that sets
-none of them is encoded and decoded exactly as before.
+``"expires_at"`` (Unix ms after which it is not started), ``"keep"`` (ms
+its finished record is kept: the task has a record) and ``"unique"`` (its
+``unique_key``), so a task that sets none of them is encoded and decoded
+exactly as before.
 
 ``params`` must be plain JSON (dicts with ``str`` keys, lists, tuples, ``str``,
 ``int``, finite ``float``, ``bool``, ``None``): anything else is refused at
@@ -47,6 +48,7 @@ class Envelope(NamedTuple):
     timeout: float | None = None
     expires_at: int | None = None
     keep: int | None = None
+    unique: str | None = None
 
     def encode(self) -> bytes:
         return self.next_attempt(self.attempt)
@@ -63,6 +65,7 @@ class Envelope(NamedTuple):
             timeout=self.timeout,
             expires_at=self.expires_at,
             keep=self.keep,
+            unique=self.unique,
         )
 
 
@@ -141,6 +144,7 @@ def encode(
     timeout: float | None = None,
     expires_at: int | None = None,
     keep: int | None = None,
+    unique: str | None = None,
 ) -> bytes:
     """Encode an envelope (:func:`check_params` ran at enqueue, or at decode)."""
     data: dict[str, Any] = {
@@ -157,6 +161,8 @@ def encode(
         data["expires_at"] = expires_at
     if keep is not None:
         data["keep"] = keep
+    if unique is not None:
+        data["unique"] = unique
     try:
         return orjson.dumps(data)
     except TypeError as exc:
@@ -193,6 +199,8 @@ def decode(raw: bytes | str) -> Envelope:
     if type(enqueued_at) is not int:
         raise PayloadError("field 'enqueued_at' must be an integer (ms)")
     check_params(params)  # e.g. deeper than we could encode again for a retry
+    if len(data) <= 6:  # the six fields every envelope has: no optional one (the common case)
+        return Envelope(jid, queue, operation, params, attempt, enqueued_at)
     timeout = data.get("timeout")
     expires_at = data.get("expires_at")
     if timeout is not None and not is_timeout(timeout):
@@ -202,7 +210,10 @@ def decode(raw: bytes | str) -> Envelope:
     keep = data.get("keep")
     if keep is not None and (type(keep) is not int or keep <= 0):
         raise PayloadError("field 'keep' must be a positive integer (ms)")
-    return Envelope(jid, queue, operation, params, attempt, enqueued_at, timeout, expires_at, keep)
+    unique = data.get("unique")
+    if unique is not None and not is_jid(unique):
+        raise PayloadError("field 'unique' must be a unique key: printable characters without whitespace")
+    return Envelope(jid, queue, operation, params, attempt, enqueued_at, timeout, expires_at, keep, unique)
 
 
 def is_timeout(value: object) -> bool:

@@ -183,7 +183,7 @@ class Consumer:
         tasks = list(self._running.values())
         if tasks and grace > 0:
             await asyncio.wait(tasks, timeout=grace)
-        for task in [*self._running.values(), *self._performer.abandoned]:
+        for task in list(self._running.values()):
             task.cancel()
         await self._stopped.wait()
 

@@ -118,7 +118,8 @@ class Outbox:
 
     def done(self, queue: str, token: int) -> str | None:
         """Forget the outcome of ``token`` (its reply came back); returns its jid."""
-        self._recorded.pop((queue, token), None)
+        if self._recorded:
+            self._recorded.pop((queue, token), None)
         return self._jids.pop((queue, token), None)
 
     def take(self, claim_queue: str | None, want: int) -> Turn:

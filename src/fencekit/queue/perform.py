@@ -12,7 +12,6 @@ worker handles) is a dead letter with its reason (invariant I7). Inside ``perfor
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -97,8 +96,8 @@ class Performer:
             for q, hash_key in inflight.items()
         }
         self.info = logger.isEnabledFor(logging.INFO)
-        self.abandoned: set[asyncio.Future[Any]] = set()
-        """Runs cancelled by their timeout that have not ended yet (cancelled again at stop)."""
+        self.timed_out: dict[tuple[str, int], float] = {}
+        """Deliveries settled by their timeout whose coroutine has not ended yet (and since when)."""
         self.cancelled: set[tuple[str, int]] = set()
         """Deliveries whose cancellation is a client's ``cancel()``, not a stop (cancel.lua settled them)."""
 
@@ -137,30 +136,29 @@ class Performer:
                 spec.policy.runs(),
             )
         timeout = envelope.timeout if envelope.timeout is not None else spec.timeout
+        timer = None
+        if timeout is not None:
+            timer = asyncio.get_running_loop().call_later(
+                timeout, self._time_out, queue, token, envelope, spec, job, timeout, asyncio.current_task()
+            )
         started = time.perf_counter()
         try:
-            if timeout is None:
-                result = await spec.perform(envelope.params)
-            else:
-                finished, result = await self._within(job, spec, envelope, timeout)
-                if not finished:
-                    self._failed(queue, token, envelope, spec, None, timeout)
-                    return
+            result = await spec.perform(envelope.params)
         except asyncio.CancelledError:
-            if (queue, token) not in self.cancelled:
-                raise  # stopping: the task goes back to its queue with the same attempt
-            self._was_cancelled(queue, token, envelope, job)
-            return
+            if self._settled_elsewhere(queue, token, envelope, job, returned=False):
+                return
+            raise  # stopping: the task goes back to its queue with the same attempt
         except Exception as exc:
-            if self.cancelled and (queue, token) in self.cancelled:
-                self._was_cancelled(queue, token, envelope, job)
-            else:
+            if not self._settled_elsewhere(queue, token, envelope, job, returned=False):
                 self._failed(queue, token, envelope, spec, exc)
             return
         finally:
+            if timer is not None:
+                timer.cancel()
             self.stats.durations.observe(time.perf_counter() - started)
-        if self.cancelled and (queue, token) in self.cancelled:  # it swallowed the cancel
-            self._was_cancelled(queue, token, envelope, job)
+        if (self.cancelled or self.timed_out) and self._settled_elsewhere(
+            queue, token, envelope, job, returned=True
+        ):
             return
         if self.info:
             self.logger.info("task %s completed in %.3fs", envelope.jid, time.perf_counter() - started)
@@ -204,52 +202,62 @@ class Performer:
             value,
             keep_ms,
             b"" if envelope.keep else raw,
+            self.keys.queue(queue).unique(envelope.unique) if envelope.unique else "",
         )
         self.outbox.ack(queue, token, envelope.jid, ack)
 
-    async def _within(
-        self, job: Job, spec: WorkerSpec, envelope: codec.Envelope, timeout: float
-    ) -> tuple[bool, object]:
-        """Run ``perform`` for at most ``timeout`` s: (True, its result), or (False, None) on a timeout.
+    def _time_out(
+        self,
+        queue: str,
+        token: int,
+        envelope: codec.Envelope,
+        spec: WorkerSpec,
+        job: Job,
+        timeout: float,
+        task: asyncio.Task[Any] | None,
+    ) -> None:
+        """The run of ``token`` is past its timeout: settle it now, then cancel its coroutine.
 
-        On expiry the run is cancelled and not waited for (a job that swallows
-        the cancellation runs on, but its writes are refused: :meth:`Job.time_out`
-        here at once, and in Redis once the outcome lands).
+        The settle does not wait for the coroutine: one that swallows the
+        cancellation runs on, but its writes are refused (here at once, in
+        Redis once the settle lands) and nothing it returns is acknowledged.
         """
-        run = asyncio.ensure_future(spec.perform(envelope.params))  # copies the context: current_job()
-        try:
-            done, _ = await asyncio.wait((run,), timeout=timeout)
-        except asyncio.CancelledError:
-            run.cancel()
-            raise
-        if done:
-            return True, run.result()  # or its exception
+        self.timed_out[(queue, token)] = time.monotonic()
         job.time_out(timeout)
-        run.cancel()
-        self.abandoned.add(run)
-        run.add_done_callback(functools.partial(self._abandoned_done, envelope, time.monotonic()))
-        return False, None
+        self._failed(queue, token, envelope, spec, None, timeout)
+        if task is not None:
+            task.cancel()
 
-    def _abandoned_done(self, envelope: codec.Envelope, since: float, run: asyncio.Future[Any]) -> None:
-        self.abandoned.discard(run)
-        if not run.cancelled():
-            self.logger.warning(
-                "task %s (%s/%s) ignored the cancellation of its timeout and ran %.3fs more; "
-                "its writes after the timeout were refused",
-                envelope.jid,
-                envelope.queue,
-                envelope.operation,
-                time.monotonic() - since,
+    def _settled_elsewhere(
+        self, queue: str, token: int, envelope: codec.Envelope, job: Job, *, returned: bool
+    ) -> bool:
+        """True if the delivery was settled while it ran: it timed out, or a client cancelled it.
+
+        Its outcome then is not this run's: a timeout settled it as a failed
+        attempt already, ``cancel.lua`` took it out of flight.
+        """
+        key = (queue, token)
+        since = self.timed_out.pop(key, None)
+        if since is not None:
+            if returned:
+                self.logger.warning(
+                    "task %s (%s/%s) ignored the cancellation of its timeout and ran %.3fs more; "
+                    "its writes after the timeout were refused",
+                    envelope.jid,
+                    queue,
+                    envelope.operation,
+                    time.monotonic() - since,
+                )
+            return True
+        if key in self.cancelled:
+            self.cancelled.discard(key)
+            job.fence_locally("was cancelled")
+            self.stats.cancelled += 1
+            self.logger.info(
+                "task %s (%s/%s) cancelled while running", envelope.jid, queue, envelope.operation
             )
-            if run.exception() is not None:
-                self.logger.debug("task %s ended with %r after its timeout", envelope.jid, run.exception())
-
-    def _was_cancelled(self, queue: str, token: int, envelope: codec.Envelope, job: Job) -> None:
-        """A client's cancel() stopped it: cancel.lua took it out of flight and recorded it already."""
-        self.cancelled.discard((queue, token))
-        job.fence_locally("was cancelled")
-        self.stats.cancelled += 1
-        self.logger.info("task %s (%s/%s) cancelled while running", envelope.jid, queue, envelope.operation)
+            return True
+        return False
 
     def _expired(self, queue: str, token: int, envelope: codec.Envelope) -> None:
         self.stats.expired += 1

@@ -176,9 +176,10 @@ class ResultWaiter:
                 self._ready[channel].set()
                 self._wake_all(self._channels.get(channel))  # a finish before this may have been missed
             elif kind == "smessage":
-                events = self._waiting.get((self._channels.get(channel, ""), as_text(message["data"])), ())
-                for event in events:
-                    event.set()
+                queue = self._channels.get(channel, "")
+                for jid in as_text(message["data"]).split():  # one message per ack: its recorded jids
+                    for event in self._waiting.get((queue, jid), ()):
+                        event.set()
 
     def _wake_all(self, queue: str | None = None) -> None:
         for (q, _), events in self._waiting.items():

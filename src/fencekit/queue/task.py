@@ -74,6 +74,7 @@ class Task:
             timeout=_timeout(self.timeout),
             expires_at=_expires_at(self.expires, now_ms),
             keep=self.keep_ms(keep_result),
+            unique=self.unique_key,
         )
         if len(raw) > max_payload:
             raise PayloadError(
@@ -116,6 +117,7 @@ class Task:
             envelope.timeout,
             expires,
             envelope.keep / 1000 if envelope.keep is not None else 0,
+            envelope.unique,
         )
 
 

@@ -15,10 +15,11 @@
 -- ARGV[2]  p: how many plain acks follow
 -- ARGV[3..2+p] tokens of finished deliveries to acknowledge (no record)
 -- then, only with recorded acks:
---   ARGV[3+p]  the done channel P:{Q}:done (SPUBLISH of each recorded jid)
+--   ARGV[3+p]  the done channel P:{Q}:done (one SPUBLISH of the recorded jids,
+--              space-separated)
 --   ARGV[4+p]  how many finished records the queue keeps
---   then 5 per recorded ack: token, jid, result (JSON), retention ms,
---   envelope ("" when the record exists already)
+--   then 6 per recorded ack: token, jid, result (JSON), retention ms,
+--   envelope ("" when the record exists already), unique key ("" for none)
 --
 -- Reply: { fenced, first, lost, env_1, ..., env_n }
 --   fenced  array of the acknowledged tokens that were refused (reaped or
@@ -45,23 +46,36 @@ if #KEYS > 6 then
   local channel = ARGV[3 + plain]
   local cap = tonumber(ARGV[4 + plain])
   local now = now_ms()
+  local index = {}
+  local jids = {}
   for r = 1, #KEYS - 6 do
-    local at = 4 + plain + (r - 1) * 5
+    local at = 4 + plain + (r - 1) * 6
     local token = ARGV[at + 1]
     if redis.call('HDEL', KEYS[2], token) == 1 then
       acked = acked + 1
-      local fields = { 'state', 'done', 'result', ARGV[at + 3], 'finished', now, 'token', token }
-      if ARGV[at + 5] ~= '' then
-        fields[#fields + 1] = 'env'
-        fields[#fields + 1] = ARGV[at + 5]
+      local record = KEYS[6 + r]
+      if ARGV[at + 5] == '' then
+        redis.call('HSET', record, 'state', 'done', 'result', ARGV[at + 3], 'finished', now, 'token', token)
+      else
+        redis.call('HSET', record, 'state', 'done', 'result', ARGV[at + 3], 'finished', now, 'token', token,
+          'env', ARGV[at + 5])
       end
-      finish_record(KEYS[6 + r], KEYS[6], fields, tonumber(ARGV[at + 4]), now)
-      redis.call('SPUBLISH', channel, ARGV[at + 2])
+      redis.call('PEXPIRE', record, ARGV[at + 4])
+      if ARGV[at + 6] ~= '' then
+        expire_unique(ARGV[at + 6], tonumber(ARGV[at + 4]))
+      end
+      index[#index + 1] = now
+      index[#index + 1] = record
+      jids[#jids + 1] = ARGV[at + 2]
     else
       fenced[#fenced + 1] = token
     end
   end
-  trim_records(KEYS[6], cap)
+  if #jids > 0 then
+    redis.call('ZADD', KEYS[6], unpack(index))
+    redis.call('SPUBLISH', channel, table.concat(jids, ' '))
+    trim_records(KEYS[6], cap)
+  end
 end
 if acked > 0 then
   redis.call('HINCRBY', KEYS[4], 'processed', acked)
