@@ -539,7 +539,7 @@ def test_the_record_scripts_run_on_redis_cluster(tmp_path: Path, server_binary: 
                     retention=RETENTION,
                 )
                 assert run(client, failed) == 1
-                assert client.zcard(qk.failed) == 1
+                assert client.llen(qk.failed) == 1
                 fresh = codec.decode(client.hget(qk.job(fail_jid), "env"))._replace(attempt=0).encode()
                 again = scripts.failed_retry(
                     failed=qk.failed,

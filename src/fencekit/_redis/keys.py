@@ -26,9 +26,9 @@ Cluster too (invariant I5 of ``docs/design.md``). The schema, with ``P`` the pre
                                       error, finished, progress, keep
     P:{Q}:unique:<key>         STRING jid of the task holding Task(unique_key=<key>); lives
                                       while that task's record does (or unique_for)
-    P:{Q}:finished             ZSET   record keys of finished tasks by finish time (ms): the
+    P:{Q}:finished             LIST   record keys of finished tasks, newest first: the
                                       newest keep_finished are kept
-    P:{Q}:failed               ZSET   record keys of failed tasks by finish time (ms): the
+    P:{Q}:failed               LIST   record keys of failed tasks, newest first: the
                                       newest keep_failed are kept
     P:{Q}:done                 (sharded pub/sub channel) the jid of each recorded task
                                       that finished, for Client.result()

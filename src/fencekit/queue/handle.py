@@ -216,7 +216,7 @@ class Queue:
         with translated():
             keys = [
                 as_text(k)
-                for k in cast("list[bytes]", await self._client.zrevrange(self._qk.failed, 0, limit - 1))
+                for k in cast("list[bytes]", await self._client.lrange(self._qk.failed, 0, limit - 1))
             ]
             pipe = self._client.pipeline(transaction=False)
             for key in keys:
@@ -233,7 +233,7 @@ class Queue:
 
     async def failed_count(self) -> int:
         with translated():
-            return int(await self._client.zcard(self._qk.failed))
+            return int(await self._client.llen(self._qk.failed))
 
     async def retry_failed(self, jid: str | None = None) -> int:
         """Run kept failures again from attempt 0: task ``jid``, or every one (``None``); returns how many.
@@ -247,7 +247,7 @@ class Queue:
         else:
             with translated():
                 candidates = [
-                    as_text(k) for k in cast("list[bytes]", await self._client.zrange(qk.failed, 0, -1))
+                    as_text(k) for k in cast("list[bytes]", await self._client.lrange(qk.failed, 0, -1))
                 ]
         done = 0
         for record in candidates:

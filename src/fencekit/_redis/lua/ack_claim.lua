@@ -64,7 +64,6 @@ if #KEYS > 6 then
       if ARGV[at + 6] ~= '' then
         expire_unique(ARGV[at + 6], tonumber(ARGV[at + 4]))
       end
-      index[#index + 1] = now
       index[#index + 1] = record
       jids[#jids + 1] = ARGV[at + 2]
     else
@@ -72,7 +71,7 @@ if #KEYS > 6 then
     end
   end
   if #jids > 0 then
-    redis.call('ZADD', KEYS[6], unpack(index))
+    redis.call('LPUSH', KEYS[6], unpack(index))
     redis.call('SPUBLISH', channel, table.concat(jids, ' '))
     trim_records(KEYS[6], cap)
   end

@@ -42,7 +42,7 @@ local function cancelled(where, token)
       fields[#fields + 1] = 'token'
       fields[#fields + 1] = token
     end
-    finish_record(KEYS[1], KEYS[5], fields, keep, now)
+    finish_record(KEYS[1], KEYS[5], fields, keep)
     trim_records(KEYS[5], tonumber(ARGV[3]))
   end
   return { 1, where }

@@ -25,7 +25,7 @@ redis.call('HINCRBY', KEYS[2], ARGV[2], 1)
 if KEYS[3] and redis.call('EXISTS', KEYS[3]) == 1 then
   local now = now_ms()
   local keep = tonumber(redis.call('HGET', KEYS[3], 'keep') or '0')
-  finish_record(KEYS[3], KEYS[4], { 'state', ARGV[2], 'finished', now, 'token', ARGV[1] }, keep, now)
+  finish_record(KEYS[3], KEYS[4], { 'state', ARGV[2], 'finished', now, 'token', ARGV[1] }, keep)
   trim_records(KEYS[4], tonumber(ARGV[3]))
 end
 return 1

@@ -13,8 +13,8 @@
 -- KEYS[3]  dead        P:{Q}:dead         HASH id -> raw, "<id>:why" -> JSON
 -- KEYS[4]  dead index  P:{Q}:dead:index   ZSET id -> ms
 -- KEYS[5]  record      P:{Q}:job:<jid>    (optional, with 6 and 7)
--- KEYS[6]  failed      P:{Q}:failed       ZSET record key -> ms
--- KEYS[7]  finished    P:{Q}:finished     ZSET record key -> ms
+-- KEYS[6]  failed      P:{Q}:failed       LIST record keys, newest first
+-- KEYS[7]  finished    P:{Q}:finished     LIST record keys, newest first
 -- ARGV[1]  token of the delivery
 -- ARGV[2]  dead-letter record (JSON with the reason), "" for a plain failure
 -- ARGV[3]  dead-letter id
@@ -51,13 +51,12 @@ if ARGV[2] ~= '' then
   if KEYS[5] and redis.call('EXISTS', KEYS[5]) == 1 then
     local keep = tonumber(redis.call('HGET', KEYS[5], 'keep') or '0')
     finish_record(KEYS[5], KEYS[7], { 'state', 'dead', 'error', ARGV[5], 'finished', now,
-      'token', ARGV[1] }, keep, now)
+      'token', ARGV[1] }, keep)
     trim_records(KEYS[7], tonumber(ARGV[7]))
   end
 elseif KEYS[5] then
-  redis.call('ZREM', KEYS[7], KEYS[5])
   finish_record(KEYS[5], KEYS[6], { 'state', 'failed', 'env', raw, 'error', ARGV[5],
-    'finished', now, 'token', ARGV[1] }, 0, now)
+    'finished', now, 'token', ARGV[1] }, 0)
   trim_records(KEYS[6], tonumber(ARGV[6]))
 end
 return 1

@@ -2,7 +2,7 @@
 -- enqueue it afresh (attempt 0); the record is pending again, or deleted when
 -- the new attempt keeps none.
 --
--- KEYS[1]  failed      P:{Q}:failed       ZSET record key -> ms
+-- KEYS[1]  failed      P:{Q}:failed       LIST record keys, newest first
 -- KEYS[2]  record      P:{Q}:job:<jid>
 -- KEYS[3]  pending     P:{Q}:pending
 -- KEYS[4]  stats       P:{Q}:stats        ("enqueued" and "revived" += 1)
@@ -13,7 +13,7 @@
 -- Reply: 1 when enqueued, 0 when the task is not (or no longer) a kept failure.
 --!include _wake.lua
 --!include _now_ms.lua
-if redis.call('ZREM', KEYS[1], KEYS[2]) == 0 then
+if redis.call('LREM', KEYS[1], 0, KEYS[2]) == 0 then
   return 0
 end
 redis.call('LPUSH', KEYS[3], ARGV[1])
