@@ -164,6 +164,7 @@ class Consumer:
             cancels.cancel()
             await asyncio.gather(waker, cancels, return_exceptions=True)
             await self._cancels.aclose()
+            self._performer.close()
             try:
                 await self._return_inflight()  # StoreError: they stay in flight for the reaper
             finally:

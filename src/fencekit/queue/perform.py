@@ -17,7 +17,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from fencekit._redis.keys import KeySpace
 from fencekit._redis.scripts import Call, RecordedAck
@@ -59,6 +59,19 @@ class ConsumerStats:
     durations: DurationHistogram = field(default_factory=DurationHistogram)
 
 
+DEADLINE_TICK = 0.01
+"""Seconds between two looks at the running tasks' deadlines (a timeout fires at most this late)."""
+
+
+class _Deadline(NamedTuple):
+    at: float  # time.monotonic()
+    timeout: float
+    envelope: codec.Envelope
+    spec: WorkerSpec
+    job: Job
+    task: asyncio.Task[Any] | None
+
+
 class Performer:
     """Performs the tasks of one consumer (see the module docstring)."""
 
@@ -98,6 +111,8 @@ class Performer:
         self.info = logger.isEnabledFor(logging.INFO)
         self.timed_out: dict[tuple[str, int], float] = {}
         """Deliveries settled by their timeout whose coroutine has not ended yet (and since when)."""
+        self._deadlines: dict[tuple[str, int], _Deadline] = {}
+        self._watchdog: asyncio.Task[None] | None = None
         self.cancelled: set[tuple[str, int]] = set()
         """Deliveries whose cancellation is a client's ``cancel()``, not a stop (cancel.lua settled them)."""
 
@@ -136,11 +151,12 @@ class Performer:
                 spec.policy.runs(),
             )
         timeout = envelope.timeout if envelope.timeout is not None else spec.timeout
-        timer = None
         if timeout is not None:
-            timer = asyncio.get_running_loop().call_later(
-                timeout, self._time_out, queue, token, envelope, spec, job, timeout, asyncio.current_task()
+            self._deadlines[(queue, token)] = _Deadline(
+                time.monotonic() + timeout, timeout, envelope, spec, job, asyncio.current_task()
             )
+            if self._watchdog is None or self._watchdog.done():
+                self._watchdog = asyncio.get_running_loop().create_task(self._watch_deadlines())
         started = time.perf_counter()
         try:
             result = await spec.perform(envelope.params)
@@ -153,8 +169,8 @@ class Performer:
                 self._failed(queue, token, envelope, spec, exc)
             return
         finally:
-            if timer is not None:
-                timer.cancel()
+            if timeout is not None:
+                self._deadlines.pop((queue, token), None)
             self.stats.durations.observe(time.perf_counter() - started)
         if (self.cancelled or self.timed_out) and self._settled_elsewhere(
             queue, token, envelope, job, returned=True
@@ -206,27 +222,40 @@ class Performer:
         )
         self.outbox.ack(queue, token, envelope.jid, ack)
 
-    def _time_out(
-        self,
-        queue: str,
-        token: int,
-        envelope: codec.Envelope,
-        spec: WorkerSpec,
-        job: Job,
-        timeout: float,
-        task: asyncio.Task[Any] | None,
-    ) -> None:
-        """The run of ``token`` is past its timeout: settle it now, then cancel its coroutine.
+    async def _watch_deadlines(self) -> None:
+        """Every :data:`DEADLINE_TICK` s while runs with a timeout exist: time out the late ones.
+
+        One loop per consumer instead of a timer per task: a task's timeout
+        costs a dict entry on the hot path, and fires at most one tick late.
+        """
+        while self._deadlines:
+            await asyncio.sleep(DEADLINE_TICK)
+            now = time.monotonic()
+            late = [key for key, d in self._deadlines.items() if d.at <= now]
+            for key in late:
+                try:
+                    self._time_out(key, self._deadlines.pop(key))
+                except Exception:  # a bug here must not stop the other timeouts
+                    self.logger.exception("timing out delivery %s of queue %s failed", key[1], key[0])
+
+    def close(self) -> None:
+        """Stop watching deadlines (the consumer stopped)."""
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+
+    def _time_out(self, key: tuple[str, int], late: _Deadline) -> None:
+        """The run of ``key`` is past its timeout: settle it now, then cancel its coroutine.
 
         The settle does not wait for the coroutine: one that swallows the
         cancellation runs on, but its writes are refused (here at once, in
         Redis once the settle lands) and nothing it returns is acknowledged.
         """
-        self.timed_out[(queue, token)] = time.monotonic()
-        job.time_out(timeout)
-        self._failed(queue, token, envelope, spec, None, timeout)
-        if task is not None:
-            task.cancel()
+        queue, token = key
+        self.timed_out[key] = time.monotonic()
+        late.job.time_out(late.timeout)
+        self._failed(queue, token, late.envelope, late.spec, None, late.timeout)
+        if late.task is not None:
+            late.task.cancel()
 
     def _settled_elsewhere(
         self, queue: str, token: int, envelope: codec.Envelope, job: Job, *, returned: bool
