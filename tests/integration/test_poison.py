@@ -215,9 +215,7 @@ async def test_kept_records_are_bounded_by_keep_finished_whatever_the_number_of_
         for start in range(0, 2_000, 500):
             await client.enqueue_many([Task("memory", "write", {"i": i}) for i in range(start, start + 500)])
         await eventually(lambda: stats(r, "memory")["processed"] == 2_000, timeout=60, what="2,000 jobs")
-        newest = await client.job(
-            r.lindex("fencekit:{memory}:finished", 0).decode().rsplit(":", 1)[1]
-        )
+        newest = await client.job(r.lindex("fencekit:{memory}:finished", 0).decode().rsplit(":", 1)[1])
     records = list(r.scan_iter(match="fencekit:{memory}:job:*", count=1000))
     assert len(records) == 50
     assert r.llen("fencekit:{memory}:finished") == 50

@@ -418,18 +418,7 @@ class Consumer:
         """
         inflight = self._inflight[queue]
         entries = await link.execute("HGETALL", inflight)
-        calls = []
-        for field, raw in zip(entries[::2], entries[1::2]):
-            token = settle.delivery_token(field)
-            if token is None:
-                calls.append(settle.corrupt(self.keys, queue, inflight, field, retention=self.retention))
-            elif token not in skip:
-                calls.append(self._returned(queue, token, raw).call)
-        return calls
-
-    def _returned(self, queue: str, token: int, raw: bytes) -> settle.Verdict:
-        delivery = self._performer.delivery(queue, token, raw)
-        return settle.after_stop(self.keys, delivery, retention=self.retention)
+        return settle.returns(self.keys, queue, inflight, entries, retention=self.retention, skip=skip)
 
     async def _return_inflight(self) -> None:
         """On stop: return every task still in this consumer's in-flight hashes."""

@@ -12,7 +12,7 @@ call acts only while the :class:`Delivery` is still in flight (invariant I3).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +39,7 @@ __all__ = [
     "job_keys",
     "requeue",
     "retry",
+    "returns",
 ]
 
 
@@ -275,6 +276,31 @@ def after_crash(
         retention=retention,
     )
     return Verdict(call, envelope.jid, True, f"attempt {envelope.attempt + 1} -> {following + 1}")
+
+
+def returns(
+    keys: KeySpace,
+    queue: str,
+    inflight: str,
+    entries: Sequence[Any],
+    *,
+    retention: Retention,
+    skip: Collection[int] = (),
+) -> list[scripts.Call]:
+    """The calls that take a consumer's in-flight entries (``HGETALL``, flat) back to ``queue``.
+
+    Every delivery not in ``skip`` is returned unfinished (:func:`after_stop`);
+    a field that is no delivery token (written by someone else) is taken out
+    as a dead letter instead of being trusted.
+    """
+    calls = []
+    for field, raw in zip(entries[::2], entries[1::2]):
+        token = delivery_token(field)
+        if token is None:
+            calls.append(corrupt(keys, queue, inflight, field, retention=retention))
+        elif token not in skip:
+            calls.append(after_stop(keys, Delivery(queue, inflight, token, raw), retention=retention).call)
+    return calls
 
 
 def after_stop(keys: KeySpace, delivery: Delivery, *, retention: Retention) -> Verdict:
