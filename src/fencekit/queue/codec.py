@@ -29,7 +29,16 @@ import orjson
 from fencekit._redis.keys import MAX_JID, is_jid
 from fencekit.errors import PayloadError
 
-__all__ = ["DEFAULT_MAX_PAYLOAD", "Envelope", "check_params", "decode", "encode", "is_timeout", "peek_jid"]
+__all__ = [
+    "DEFAULT_MAX_PAYLOAD",
+    "Envelope",
+    "PlainEnvelope",
+    "check_params",
+    "decode",
+    "encode",
+    "is_timeout",
+    "peek_jid",
+]
 
 DEFAULT_MAX_PAYLOAD = 1 << 20  # 1 MiB per envelope
 _MAX_DEPTH = 64
@@ -53,6 +62,7 @@ class Envelope(NamedTuple):
     def encode(self) -> bytes:
         return self.next_attempt(self.attempt)
 
+
     def next_attempt(self, attempt: int) -> bytes:
         """The envelope of another attempt of the same task."""
         return encode(
@@ -67,6 +77,12 @@ class Envelope(NamedTuple):
             keep=self.keep,
             unique=self.unique,
         )
+
+
+class PlainEnvelope(Envelope):
+    """An envelope without optional fields: what decoding most tasks gives (one type check tells)."""
+
+    __slots__ = ()
 
 
 def check_params(params: object, label: str = "params") -> None:
@@ -200,7 +216,7 @@ def decode(raw: bytes | str) -> Envelope:
         raise PayloadError("field 'enqueued_at' must be an integer (ms)")
     check_params(params)  # e.g. deeper than we could encode again for a retry
     if len(data) <= 6:  # the six fields every envelope has: no optional one (the common case)
-        return Envelope(jid, queue, operation, params, attempt, enqueued_at)
+        return PlainEnvelope(jid, queue, operation, params, attempt, enqueued_at)
     timeout = data.get("timeout")
     expires_at = data.get("expires_at")
     if timeout is not None and not is_timeout(timeout):

@@ -134,7 +134,9 @@ class Performer:
             self.logger.error("task %s dead-lettered: %s", envelope.jid, reason)
             self._dead(queue, token, envelope.jid, reason)
             return
-        if envelope.expires_at is not None and time.time_ns() // 1_000_000 > envelope.expires_at:
+        # plain: neither the task nor its worker sets a timeout, an expiry or a record (the hot path)
+        plain = spec.plain and type(envelope) is codec.PlainEnvelope
+        if not plain and envelope.expires_at is not None and time.time_ns() // 1000000 > envelope.expires_at:
             self._expired(queue, token, envelope)
             return
         job = Job(
@@ -150,7 +152,7 @@ class Performer:
                 envelope.attempt + 1,
                 spec.policy.runs(),
             )
-        timeout = envelope.timeout if envelope.timeout is not None else spec.timeout
+        timeout = None if plain else envelope.timeout if envelope.timeout is not None else spec.timeout
         if timeout is not None:
             self._deadlines[(queue, token)] = _Deadline(
                 time.monotonic() + timeout, timeout, envelope, spec, job, asyncio.current_task()
@@ -178,11 +180,14 @@ class Performer:
             return
         if self.info:
             self.logger.info("task %s completed in %.3fs", envelope.jid, time.perf_counter() - started)
-        keep = spec.keep_ms if spec.keep_ms is not None else envelope.keep
-        if keep or envelope.keep:
-            self._ack_recorded(queue, token, raw, envelope, spec, result, keep or 1)
-        else:
+        if plain:
             self.outbox.ack(queue, token, envelope.jid)
+        else:
+            keep = spec.keep_ms if spec.keep_ms is not None else envelope.keep
+            if keep or envelope.keep:
+                self._ack_recorded(queue, token, raw, envelope, spec, result, keep or 1)
+            else:
+                self.outbox.ack(queue, token, envelope.jid)
         self.wake()
 
     def _ack_recorded(

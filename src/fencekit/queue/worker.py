@@ -87,6 +87,7 @@ class WorkerSpec:
     timeout: float | None = None
     keep_ms: int | None = None
     keep_failed: bool = True
+    plain: bool = True  # sets neither a timeout nor its own record retention (the hot path's test)
 
 
 def _name(worker: object) -> str:
@@ -164,6 +165,7 @@ def inspect_worker(worker: object) -> WorkerSpec:
         timeout=float(timeout) if timeout is not None else None,
         keep_ms=round(keep * 1000) if keep is not None else None,
         keep_failed=keep_failed,
+        plain=timeout is None and keep is None,
     )
 
 
