@@ -197,6 +197,19 @@ def new_server(url: str, *workers: object, **kwargs: Any) -> Server:
     return server
 
 
+def worker(queue: str, operation: str, perform: Any, **attrs: Any) -> type:
+    """A worker class whose classmethod ``perform`` returns ``await perform(payload)``."""
+
+    async def _perform(cls: type, payload: dict[str, Any]) -> Any:
+        return await perform(payload)
+
+    return type(
+        f"W_{queue}_{operation}",
+        (),
+        {"queue": queue, "operation": operation, "perform": classmethod(_perform), **attrs},
+    )
+
+
 # -- logs ----------------------------------------------------------------------------------
 
 

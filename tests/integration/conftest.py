@@ -1,4 +1,5 @@
-"""Fixtures of the primitives' tests (see ``tests/primitives_api.py``)."""
+"""Fixtures of the integration tests: the primitives' adapters (``tests/primitives_api.py``) and
+plain redis-py clients to look at Redis directly."""
 
 from __future__ import annotations
 
@@ -18,6 +19,14 @@ async def api(request: pytest.FixtureRequest, redis_url: str) -> AsyncIterator[A
     adapter = Api(request.param[0], request.param[1], redis_url)
     yield adapter
     await adapter.close()
+
+
+@pytest.fixture
+def r(redis_url: str) -> Iterator[redis.Redis]:
+    """A plain bytes client of the session server (a file may define its own ``r``)."""
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
 
 
 @pytest.fixture

@@ -14,18 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 from tests.queue_helpers import eventually, inflight_count, new_server, qkey, running, stats
 
 from fencekit import Client, FencedOutError, JobCancelled, JobStatus, Task, current_job
 from fencekit.testing import RedisServer, wait_until
-
-
-@pytest.fixture
-def r(redis_url: str) -> Any:
-    client = redis.Redis.from_url(redis_url)
-    yield client
-    client.close()
 
 
 @pytest.mark.parametrize("keep_result", [3600.0, 0.0], ids=["with-record", "without-record"])

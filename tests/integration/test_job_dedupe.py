@@ -14,18 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 from tests.queue_helpers import eventually, new_server, qkey, running, stats
 
 from fencekit import Client, Enqueued, PayloadError, Task
 from fencekit.testing import RedisServer
-
-
-@pytest.fixture
-def r(redis_url: str) -> Any:
-    client = redis.Redis.from_url(redis_url)
-    yield client
-    client.close()
 
 
 class Charge:

@@ -16,8 +16,7 @@ from typing import Any
 
 import orjson
 import pytest
-import redis
-from tests.queue_helpers import eventually, new_server, qkey, running, stats
+from tests.queue_helpers import eventually, new_server, qkey, running, stats, worker
 
 import fencekit.queue.client
 from fencekit import (
@@ -42,30 +41,12 @@ KEYS = KeySpace()
 RETENTION = Retention(fence_ttl_ms=60_000, keep_dead=10)
 
 
-@pytest.fixture
-def r(redis_url: str) -> Any:
-    client = redis.Redis.from_url(redis_url)
-    yield client
-    client.close()
-
-
 class Gate:
     """Workers wait on it, so the test can look at a running task."""
 
     def __init__(self) -> None:
         self.started = asyncio.Event()
         self.release = asyncio.Event()
-
-
-def worker(queue: str, operation: str, perform: Any, **attrs: Any) -> type:
-    async def _perform(cls: type, payload: dict[str, Any]) -> Any:
-        return await perform(payload)
-
-    return type(
-        f"W_{queue}_{operation}",
-        (),
-        {"queue": queue, "operation": operation, "perform": classmethod(_perform), **attrs},
-    )
 
 
 # -- status and result -------------------------------------------------------------------------

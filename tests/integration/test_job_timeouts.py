@@ -10,7 +10,6 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-import redis
 from tests.queue_helpers import (
     eventually,
     inflight_count,
@@ -22,30 +21,13 @@ from tests.queue_helpers import (
     running,
     scheduled,
     stats,
+    worker,
 )
 
 from fencekit import Client, ConfigError, FencedOutError, PayloadError, Task, current_job
 from fencekit._redis import scripts
 from fencekit._redis.clients import async_client
 from fencekit._redis.run import arun
-
-
-@pytest.fixture
-def r(redis_url: str) -> Any:
-    client = redis.Redis.from_url(redis_url)
-    yield client
-    client.close()
-
-
-def worker(queue: str, operation: str, perform: Any, **attrs: Any) -> type:
-    async def _perform(cls: type, payload: dict[str, Any]) -> None:
-        await perform(payload)
-
-    return type(
-        f"W_{queue}_{operation}",
-        (),
-        {"queue": queue, "operation": operation, "perform": classmethod(_perform), **attrs},
-    )
 
 
 def records(server: Any) -> list[logging.LogRecord]:

@@ -9,7 +9,6 @@ import math
 from typing import Any
 
 import pytest
-import redis
 from tests.queue_helpers import (
     BEATS,
     CONSUMERS,
@@ -25,31 +24,11 @@ from tests.queue_helpers import (
     running,
     scheduled,
     stats,
+    worker,
 )
 
 from fencekit import Client, Task, current_job
 from fencekit.queue import waker
-
-
-@pytest.fixture
-def r(redis_url: str) -> Any:
-    client = redis.Redis.from_url(redis_url)
-    yield client
-    client.close()
-
-
-def worker(queue: str, operation: str, perform: Any, **attrs: Any) -> type:
-    """A worker class whose classmethod ``perform`` calls ``perform(payload)``."""
-
-    async def _perform(cls: type, payload: dict[str, Any]) -> None:
-        await perform(payload)
-
-    return type(
-        f"W_{queue}_{operation}",
-        (),
-        {"queue": queue, "operation": operation, "perform": classmethod(_perform), **attrs},
-    )
-
 
 # -- retries -----------------------------------------------------------------------------------
 
