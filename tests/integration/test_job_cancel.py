@@ -205,3 +205,36 @@ def test_cancel_reaches_a_pool_child_and_the_child_keeps_serving(
         log.close()
         r.close()
     assert pool.returncode == 0, (tmp_path / "pool.log").read_text()
+
+
+async def test_a_consumer_hears_cancels_again_after_its_channel_was_killed(redis_url: str, r: Any) -> None:
+    started = asyncio.Event()
+    cancelled: list[str] = []
+
+    class Wait:
+        queue = "rehear"
+        operation = "run"
+
+        @classmethod
+        async def perform(cls, payload: dict[str, Any]) -> None:
+            started.set()
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                cancelled.append(current_job().jid)
+                raise
+
+    server = new_server(redis_url, Wait)
+    async with Client(redis_url=redis_url) as client, running(server):
+        channel = qkey("rehear", "cancel")
+        await eventually(lambda: r.execute_command("PUBSUB", "SHARDNUMSUB", channel)[1] == 1)
+        assert r.client_kill_filter(_type="pubsub") >= 1
+        await eventually(
+            lambda: r.execute_command("PUBSUB", "SHARDNUMSUB", channel)[1] == 1,
+            timeout=10,
+            what="resubscribed",
+        )
+        jid = await client.enqueue(Task("rehear", "run"))
+        await asyncio.wait_for(started.wait(), 10)
+        assert await client.cancel(jid)
+        await eventually(lambda: cancelled == [jid], timeout=10, what="the coroutine's cancellation")

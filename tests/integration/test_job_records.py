@@ -571,3 +571,28 @@ def _claim_n(qk: Any, consumer: str, n: int) -> scripts.Call:
         want=n,
         acks=[],
     )
+
+
+async def test_result_survives_its_subscription_being_killed(
+    redis_url: str, r: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pub/sub connection is killed while result() waits: it resubscribes and is still woken."""
+    monkeypatch.setattr(fencekit.queue.client, "SAFETY_REREAD", 60.0)
+    release = asyncio.Event()
+
+    async def held(payload: dict[str, Any]) -> str:
+        await release.wait()
+        return "after the reconnect"
+
+    server = new_server(redis_url, worker("resub", "held", held))
+    async with Client(redis_url=redis_url) as client, running(server):
+        jid = await client.enqueue(Task("resub", "held"))
+        waiter = asyncio.ensure_future(client.result(jid, timeout=20))
+        await eventually(lambda: r.execute_command("PUBSUB", "SHARDNUMSUB", qkey("resub", "done"))[1] == 1)
+        assert r.client_kill_filter(_type="pubsub") >= 1
+        await eventually(
+            lambda: r.execute_command("PUBSUB", "SHARDNUMSUB", qkey("resub", "done"))[1] == 1,
+            what="the new subscription",
+        )
+        release.set()
+        assert await waiter == "after the reconnect"
