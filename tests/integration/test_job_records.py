@@ -390,15 +390,7 @@ async def test_a_stale_delivery_s_result_never_lands_after_a_redelivery(redis_ur
 
 
 def _claim(qk: Any, consumer: str) -> scripts.Call:
-    return scripts.ack_claim(
-        pending=qk.pending,
-        inflight=qk.inflight(consumer),
-        token_counter=qk.token_counter,
-        stats=qk.stats,
-        wake=qk.wake,
-        want=1,
-        acks=[],
-    )
+    return _claim_n(qk, consumer, 1)
 
 
 def _ack(qk: Any, consumer: str, token: int, jid: str, result: str) -> scripts.Call:
