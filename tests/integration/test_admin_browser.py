@@ -22,6 +22,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from fencekit.queue.client import Client
@@ -213,9 +214,65 @@ async def test_chromium_renders_the_dashboard_with_escaped_hostile_strings(
     assert "img" not in page.tags
     assert "script" not in page.tags
     assert "b" not in page.tags
-    assert page.tags.count("form") == 1  # one Re-enqueue form, for the one dead letter
+    # find a task, re-enqueue the one dead letter, run the one kept failure again
+    assert page.tags.count("form") == 3
+    assert "Latest failures" in text
+    assert "RuntimeError: smtp refused" in text
     assert "Consumers" in text
     assert "alive" in text
+
+
+async def test_chromium_renders_task_pages_with_their_traceback_and_actions(
+    admin_url: str, redis_url: str, chromium: str
+) -> None:
+    async with Client(redis_url) as client:
+        (failure,) = await client.queue("emails").failed()
+        assert await client.queue("reports").failed() == []  # its task is running
+        dead = await client.queue("emails").dead_letters()
+        slow_jid = await _running_jid(client, "reports")
+
+    async def page_of(jid: str) -> DomText:
+        url = with_credentials(admin_url, f"/admin/job?jid={jid}")
+        dom = (await run_chromium(chromium, "--dump-dom", url)).decode()
+        page = DomText()
+        page.feed(dom)
+        return page
+
+    failed = await page_of(failure.jid)
+    assert "status failed" in failed.text, failed.text
+    assert "RuntimeError: smtp refused" in failed.text
+    assert "Traceback (most recent call last)" in failed.text
+    assert 'raise RuntimeError("smtp refused")' in failed.text
+    assert '"to": "user3@example.com"' in failed.text  # its params
+    assert "Run it again" in failed.text
+    assert failed.tags.count("form") == 1
+
+    (letter,) = dead
+    assert letter.jid is not None
+    hostile = await page_of(letter.jid)
+    assert "status dead" in hostile.text
+    assert HOSTILE_OP in hostile.text  # the reason, as text
+    assert "script" not in hostile.tags
+    assert "<b>bold</b>" in hostile.text  # its params, as text
+    assert "b" not in hostile.tags
+
+    busy = await page_of(slow_jid)
+    assert "status running" in busy.text
+    assert "Cancel task" in busy.text
+
+
+async def _running_jid(client: Client, queue: str) -> str:
+    assert await client.queue(queue).pending() == [], "the slow task should be running, not pending"
+    r = client.redis
+    for cid in await r.hkeys("fencekit:{registry}:consumers"):
+        entries = await r.hvals(f"fencekit:{{{queue}}}:inflight:{cid.decode()}")
+        for raw in entries:
+            jid = orjson.loads(raw)["jid"]
+            info = await client.job(jid)
+            assert info is not None
+            assert info.status.value == "running"
+            return str(jid)
+    raise AssertionError(f"nothing runs on {queue}")
 
 
 async def test_chromium_without_credentials_gets_no_dashboard(admin_url: str, chromium: str) -> None:

@@ -131,3 +131,71 @@ async def test_forms_answer_redis_unavailable_while_redis_is_down(
         assert "Redis unavailable" in posted.text
     finally:
         private_redis.start()
+
+
+async def test_a_task_page_cancels_and_retries_through_checked_forms(
+    admin: Admin, private_redis: RedisServer
+) -> None:
+    async with Client(private_redis.url()) as client:
+        jid = await client.enqueue(Task("forms", "op", {"n": 1}))
+    page = await admin.http.get("/admin/job", params={"jid": jid})
+    assert page.status_code == 200
+    assert "status</th><td data-field=status>pending" in page.text
+    assert "Cancel task" in page.text
+    # the cancel form without its token, and from another origin, changes nothing
+    refused = await admin.http.post("/admin/cancel", data={"queue": "forms", "jid": jid}, headers=admin.same)
+    assert refused.status_code == 403
+    foreign = await admin.http.post(
+        "/admin/cancel",
+        data={"queue": "forms", "jid": jid, "csrf": admin.token},
+        headers={"Origin": "http://evil.example"},
+    )
+    assert foreign.status_code == 403
+    async with Client(private_redis.url()) as client:
+        info = await client.job(jid)
+        assert info is not None
+        assert info.status.value == "pending"
+    done = await admin.http.post(
+        "/admin/cancel", data={"queue": "forms", "jid": jid, "csrf": admin.token}, headers=admin.same
+    )
+    assert done.status_code == 303
+    assert done.headers["location"] == f"/admin/job?jid={jid}&done=cancelled"
+    after = await admin.http.get(done.headers["location"])
+    assert "Task cancelled." in after.text
+    assert "status</th><td data-field=status>cancelled" in after.text
+    again = await admin.http.post(
+        "/admin/cancel", data={"queue": "forms", "jid": jid, "csrf": admin.token}, headers=admin.same
+    )
+    assert again.headers["location"].endswith("done=not-cancelled")
+    retry = await admin.http.post(
+        "/admin/retry", data={"queue": "forms", "jid": jid, "csrf": admin.token}, headers=admin.same
+    )
+    assert retry.headers["location"].endswith("done=retry-gone")  # cancelled, not a kept failure
+
+
+@pytest.mark.parametrize(
+    ("params", "status", "words"),
+    [
+        ({}, 400, "give a jid"),
+        ({"jid": "two words"}, 400, "give a jid"),
+        ({"jid": "no-such-task"}, 404, "no record of that task"),
+    ],
+)
+async def test_a_task_page_for_a_bad_or_unknown_jid_says_so(
+    admin: Admin, params: dict[str, str], status: int, words: str
+) -> None:
+    response = await admin.http.get("/admin/job", params=params)
+    assert response.status_code == status
+    assert words in response.text
+
+
+async def test_a_cancel_form_for_an_unknown_queue_or_without_a_jid_is_refused(admin: Admin) -> None:
+    unknown = await admin.http.post(
+        "/admin/cancel", data={"queue": "nope", "jid": "x", "csrf": admin.token}, headers=admin.same
+    )
+    assert unknown.status_code == 404
+    blank = await admin.http.post(
+        "/admin/cancel", data={"queue": "forms", "csrf": admin.token}, headers=admin.same
+    )
+    assert blank.status_code == 400
+    assert "missing jid" in blank.text

@@ -62,7 +62,6 @@ class Envelope(NamedTuple):
     def encode(self) -> bytes:
         return self.next_attempt(self.attempt)
 
-
     def next_attempt(self, attempt: int) -> bytes:
         """The envelope of another attempt of the same task."""
         return encode(

@@ -141,6 +141,7 @@ class Services:
             target=self.target,
             heartbeat_ttl=self.settings["heartbeat_ttl"],
             logger=self.logger,
+            keep_finished=self.settings["keep_finished"],
         )
         app = create_app(
             source,

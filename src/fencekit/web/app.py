@@ -9,7 +9,9 @@ Every HTML response carries :data:`~fencekit.web.security.SECURITY_HEADERS`.
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Awaitable, Callable
+from urllib.parse import quote
 
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
@@ -17,10 +19,10 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from fencekit._redis.keys import validate_queue
+from fencekit._redis.keys import is_jid, validate_queue
 from fencekit.errors import ConfigError, StoreError
 from fencekit.web.metrics import Metrics
-from fencekit.web.pages import render_confirm, render_dashboard, render_error
+from fencekit.web.pages import render_confirm, render_dashboard, render_error, render_job
 from fencekit.web.security import (
     SECURITY_HEADERS,
     Credentials,
@@ -77,6 +79,9 @@ def create_app(
         Route("/admin/purge", guarded(admin.purge_confirm), methods=["GET"]),
         Route("/admin/purge", guarded(checked_post(admin.purge)), methods=["POST"]),
         Route("/admin/revive", guarded(checked_post(admin.revive)), methods=["POST"]),
+        Route("/admin/job", guarded(admin.job_page), methods=["GET"]),
+        Route("/admin/cancel", guarded(checked_post(admin.cancel)), methods=["POST"]),
+        Route("/admin/retry", guarded(checked_post(admin.retry)), methods=["POST"]),
         Route("/metrics", guarded(admin.metrics) if protect_metrics else admin.metrics, methods=["GET"]),
     ]
     app = Starlette(routes=routes)
@@ -197,7 +202,44 @@ class _Admin:
         body = render_confirm(queue, pending, root=_root(request), token=self.token)
         return HTMLResponse(body, headers=SECURITY_HEADERS)
 
+    async def job_page(self, request: Request) -> Response:
+        jid = request.query_params.get("jid", "").strip()
+        if not is_jid(jid):
+            return _error(request, 400, "Bad request", "give a jid: printable characters without whitespace")
+        try:
+            job = await self.source.job(jid)
+        except StoreError as exc:
+            return self._redis_down(request, exc)
+        if job is None:
+            return _error(
+                request, 404, "Not found", "no record of that task: it keeps none, or it was forgotten"
+            )
+        body = render_job(
+            job, root=_root(request), token=self.token, notice=_notice(request), now=time.time()
+        )
+        return HTMLResponse(body, headers=SECURITY_HEADERS)
+
     # actions (behind checked_post) -------------------------------------------
+    async def cancel(self, request: Request, form: dict[str, str]) -> Response:
+        queue, jid = form["queue"], form.get("jid", "")
+        if not is_jid(jid):
+            return _error(request, 400, "Bad request", "missing jid")
+        cancelled = await self.source.cancel(jid, queue)
+        if cancelled:
+            self.source.logger.warning("admin: cancelled task %s of queue %r", jid, queue)
+        done = "cancelled" if cancelled else "not-cancelled"
+        return RedirectResponse(f"{_root(request)}/admin/job?jid={quote(jid, safe='')}&done={done}", 303)
+
+    async def retry(self, request: Request, form: dict[str, str]) -> Response:
+        queue, jid = form["queue"], form.get("jid", "")
+        if not is_jid(jid):
+            return _error(request, 400, "Bad request", "missing jid")
+        again = await self.source.queue(queue).retry_failed(jid)
+        if again:
+            self.source.logger.info("admin: re-enqueued failed task %s of queue %r", jid, queue)
+        done = "retried" if again else "retry-gone"
+        return RedirectResponse(f"{_root(request)}/admin/job?jid={quote(jid, safe='')}&done={done}", 303)
+
     async def purge(self, request: Request, form: dict[str, str]) -> Response:
         if form.get("confirm") != "yes":
             return _error(request, 400, "Not confirmed", "purging needs the confirmation step")
@@ -245,10 +287,20 @@ def _notice(request: Request) -> str | None:
         return "Dead letter re-enqueued."
     if done == "gone":
         return "That dead letter was already gone (re-enqueued or dropped)."
+    if done in _NOTICES:
+        return _NOTICES[done]
     if done == "purged":
         count = request.query_params.get("n", "")
         return f"Queue purged: {int(count) if count.isdigit() else 0} pending task(s) dropped."
     return None
+
+
+_NOTICES = {
+    "cancelled": "Task cancelled.",
+    "not-cancelled": "The task had finished already: nothing was cancelled.",
+    "retried": "The failed task is enqueued again (attempt 1).",
+    "retry-gone": "That task is no longer a kept failure (run again already, or pushed out).",
+}
 
 
 def _error(

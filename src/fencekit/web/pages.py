@@ -14,12 +14,14 @@ import math
 from datetime import datetime, timezone
 from urllib.parse import quote
 
+import orjson
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
+from fencekit.queue.records import JobInfo
 from fencekit.web.source import DurationHistogram, Snapshot
 
-__all__ = ["render_confirm", "render_dashboard", "render_error"]
+__all__ = ["render_confirm", "render_dashboard", "render_error", "render_job"]
 
 #: Characters of a dead letter's payload shown in the table.
 PAYLOAD_PREVIEW = 300
@@ -38,6 +40,13 @@ def render_confirm(queue: str, pending: int, *, root: str, token: str) -> str:
     """The confirmation step before purging ``queue`` (it does not reload itself)."""
     return _env.get_template("confirm.html").render(
         queue=queue, pending=pending, root=root, token=token, refresh=None
+    )
+
+
+def render_job(job: JobInfo, *, root: str, token: str, notice: str | None, now: float) -> str:
+    """The page of one task: its record, error and traceback, and what can be done to it."""
+    return _env.get_template("job.html").render(
+        job=job, root=root, token=token, notice=notice, now=now, refresh=None
     )
 
 
@@ -98,6 +107,11 @@ def _preview(raw: bytes) -> str:
     return payload[:PAYLOAD_PREVIEW] + "…" if len(payload) > PAYLOAD_PREVIEW else payload
 
 
+def _pretty(value: object) -> str:
+    """A JSON value indented for a ``<pre>`` (escaped by the template like any text)."""
+    return orjson.dumps(value, option=orjson.OPT_INDENT_2).decode() if value is not None else "null"
+
+
 def _url_component(value: str) -> str:
     """``value`` percent-encoded for a query string, "/" and "&" included."""
     return quote(value, safe="")
@@ -111,6 +125,6 @@ _env = Environment(
     lstrip_blocks=True,
 )
 _env.filters.update(
-    ago=_ago, span=_span, clock=_clock, ms=_ms, preview=_preview, url_component=_url_component
+    ago=_ago, span=_span, clock=_clock, ms=_ms, preview=_preview, url_component=_url_component, pretty=_pretty
 )
 _env.globals["quantile"] = _quantile

@@ -45,7 +45,10 @@ from fencekit._redis.url import RedisTarget, parse_url
 from fencekit.errors import StoreError
 from fencekit.queue.handle import DeadLetter, Queue, QueueStats
 from fencekit.queue.histogram import DurationHistogram
+from fencekit.queue.records import JobInfo
 from fencekit.queue.registry import ConsumerRecord, known_queues
+from fencekit.queue.results import cancel_job, read_job
+from fencekit.settings import ClientSettings, defaults
 from fencekit.web.views import ChildView, ConsumerView, LoopView, QueueView, Snapshot, consumer_view
 
 __all__ = [
@@ -90,6 +93,7 @@ class AdminSource:
         ready_timeout: float = DEFAULT_READY_TIMEOUT,
         snapshot_timeout: float = DEFAULT_SNAPSHOT_TIMEOUT,
         logger: logging.Logger | None = None,
+        keep_finished: int | None = None,
     ) -> None:
         self.redis = redis
         self.keys = keys
@@ -110,6 +114,10 @@ class AdminSource:
         self.ready_timeout = ready_timeout
         self.snapshot_timeout = snapshot_timeout
         self.logger = logger or logging.getLogger("fencekit.web")
+        # the cap a cancel from the page applies to a queue's finished records
+        self.keep_finished: int = (
+            keep_finished if keep_finished is not None else defaults(ClientSettings)["keep_finished"]
+        )
         self._owns_redis = False
 
     @classmethod
@@ -240,7 +248,9 @@ class AdminSource:
             for cid in consumer_ids
         )
         letters = await self._latest_dead([v.name for v in views if v.dead_letters])
+        failed = await self._latest_failed([v.name for v in views if v.stats.failed])
         return Snapshot(
+            failed=failed,
             queues=views,
             totals=totals,
             consumers=consumers,
@@ -257,6 +267,24 @@ class AdminSource:
         per_queue = await asyncio.gather(*(self.queue(q).dead_letters(limit) for q in queues))
         merged = sorted((d for letters in per_queue for d in letters), key=lambda d: d.at, reverse=True)
         return tuple(merged[:limit])
+
+    async def _latest_failed(self, queues: Sequence[str]) -> tuple[JobInfo, ...]:
+        limit = self.dead_letter_limit
+        if not queues or limit <= 0:
+            return ()
+        per_queue = await asyncio.gather(*(self.queue(q).failed(limit) for q in queues))
+        merged = sorted(
+            (f for kept in per_queue for f in kept), key=lambda f: f.finished_at or 0.0, reverse=True
+        )
+        return tuple(merged[:limit])
+
+    async def job(self, jid: str) -> JobInfo | None:
+        """The record of task ``jid`` in any known queue (None: no record)."""
+        return await read_job(self.redis, self.keys, jid)
+
+    async def cancel(self, jid: str, queue: str) -> bool:
+        """Cancel task ``jid`` of ``queue`` (as ``Client.cancel``)."""
+        return await cancel_job(self.redis, self.keys, jid, queue, self.keep_finished)
 
     # actions -----------------------------------------------------------------
     def queue(self, name: str) -> Queue:

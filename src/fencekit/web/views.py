@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from fencekit.queue.handle import DeadLetter, QueueStats
 from fencekit.queue.histogram import DurationHistogram
+from fencekit.queue.records import JobInfo
 from fencekit.queue.registry import ConsumerRecord
 
 __all__ = ["ChildView", "ConsumerView", "QueueView", "Snapshot", "consumer_view"]
@@ -83,6 +84,8 @@ class Snapshot:
     children: tuple[ChildView, ...] | None
     durations: DurationHistogram
     taken_at: float = field(default_factory=time.time)
+    failed: tuple[JobInfo, ...] = ()
+    """The newest tasks kept after they failed for good, over the queues shown."""
 
 
 def consumer_view(
