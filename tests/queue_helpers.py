@@ -250,7 +250,8 @@ SERVER_SCRIPT = textwrap.dedent(
     argv: url queue heartbeat_ttl grace
     Its worker records each delivery in Redis (list "events": "pid jid attempt token"),
     then waits for the key "release"; released, it writes "result" with
-    set_if_fresh and records a FencedOutError in "fenced:<pid>".
+    set_if_fresh and records a FencedOutError in "fenced:<pid>". It returns
+    "A-<pid>" (or "A-<pid>-stale" once fenced out), the task's result.
     """
     import asyncio
     import os
@@ -280,8 +281,9 @@ SERVER_SCRIPT = textwrap.dedent(
                     await job.set_if_fresh("result", f"A-{PID}")
                 except FencedOutError as exc:
                     await r.set(f"fenced:{PID}", repr(exc))
-                    return
+                    return f"A-{PID}-stale"
                 await r.set(f"wrote:{PID}", "1")
+                return f"A-{PID}"
             finally:
                 await r.aclose()
 

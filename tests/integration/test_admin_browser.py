@@ -214,10 +214,19 @@ async def test_chromium_renders_the_dashboard_with_escaped_hostile_strings(
     assert "img" not in page.tags
     assert "script" not in page.tags
     assert "b" not in page.tags
-    # find a task, re-enqueue the one dead letter, run the one kept failure again
-    assert page.tags.count("form") == 3
+    # find a task; cancel the running one; run the scheduled one now, or delete it; re-enqueue
+    # the dead letter; run the kept failure again
+    assert page.tags.count("form") == 6
     assert "Latest failures" in text
     assert "RuntimeError: smtp refused" in text
+    running = text.split("Running")[1].split("Scheduled next")[0]
+    assert "reports" in running  # the slow task, with its operation and a Cancel button
+    assert "render" in running
+    assert "Cancel" in running
+    scheduled = text.split("Scheduled next")[1].split("Latest failures")[0]
+    assert "emails" in scheduled  # the delayed one, with Run now and Delete
+    assert "Run now" in scheduled
+    assert "Delete" in scheduled
     assert "Consumers" in text
     assert "alive" in text
 

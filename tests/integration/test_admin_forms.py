@@ -199,3 +199,44 @@ async def test_a_cancel_form_for_an_unknown_queue_or_without_a_jid_is_refused(ad
     )
     assert blank.status_code == 400
     assert "missing jid" in blank.text
+
+
+async def test_the_dashboard_runs_a_scheduled_task_now_or_deletes_it(
+    admin: Admin, private_redis: RedisServer
+) -> None:
+    async with Client(private_redis.url()) as client:
+        soon = await client.enqueue(Task("forms", "op", {"n": 2}), delay=3600)
+        gone = await client.enqueue(Task("forms", "op", {"n": 3}), delay=3600)
+        page = (await admin.http.get("/admin")).text
+        assert page.count("Run now") == 2
+        moved = await admin.http.post(
+            "/admin/run-now", data={"queue": "forms", "jid": soon, "csrf": admin.token}, headers=admin.same
+        )
+        assert moved.status_code == 303
+        assert moved.headers["location"] == "/admin?done=run-now"
+        assert (
+            "The scheduled task is at the head of its queue."
+            in (await admin.http.get("/admin?done=run-now")).text
+        )
+        info = await client.job(soon)
+        assert info is not None
+        assert info.status.value == "pending"
+        assert info.due_at is None
+        again = await admin.http.post(
+            "/admin/run-now", data={"queue": "forms", "jid": soon, "csrf": admin.token}, headers=admin.same
+        )
+        assert again.headers["location"] == "/admin?done=run-now-gone"
+        deleted = await admin.http.post(
+            "/admin/cancel",
+            data={"queue": "forms", "jid": gone, "csrf": admin.token, "next": "admin"},
+            headers=admin.same,
+        )
+        assert deleted.headers["location"] == "/admin?done=cancelled"
+        info = await client.job(gone)
+        assert info is not None
+        assert info.status.value == "cancelled"
+        assert await client.queue("forms").scheduled() == []
+        refused = await admin.http.post(
+            "/admin/run-now", data={"queue": "forms", "jid": soon}, headers=admin.same
+        )
+        assert refused.status_code == 403

@@ -120,10 +120,11 @@ async def test_a_paused_server_is_fenced_out_when_it_resumes(
         operation = "hold"
 
         @classmethod
-        async def perform(cls, payload: dict) -> None:
+        async def perform(cls, payload: dict) -> str:
             job = current_job()
             b_runs.append((job.attempt, job.token.value))
             await job.set_if_fresh("result", "B")
+            return "B's result"
 
     child, jid = await start_holding(tmp_path, redis_url, r, procs, "pause", ttl=1.0)
     child_id = consumer_of(r, child.pid)
@@ -152,6 +153,12 @@ async def test_a_paused_server_is_fenced_out_when_it_resumes(
             assert s["processed"] == 1  # exactly once
             assert r.get("result") == b"B"
             assert not r.exists(f"wrote:{child.pid}")
+            async with Client(redis_url=redis_url) as client:
+                # A returned "A-<pid>-stale" after B finished: its ack, result included, was refused
+                assert await client.result(jid, timeout=5) == "B's result"
+                info = await client.job(jid)
+                assert info is not None
+                assert info.token == b_runs[0][1]
     finally:
         child.signal(signal.SIGCONT)
     assert a_attempt == 0

@@ -595,6 +595,9 @@ def every_call(keys: KeySpace, queue: str) -> dict[str, scripts.Call]:
             channel=qk.cancel_channel,
             keep_finished=10,
         ),
+        "run_now": scripts.run_now(
+            scheduled=qk.scheduled, pending=qk.pending, wake=qk.wake, record=qk.job("j"), jid="j"
+        ),
         "job_progress": scripts.job_progress(inflight=inflight, record=qk.job("j"), token=1, progress=b"{}"),
         "failed_retry": scripts.failed_retry(
             failed=qk.failed,

@@ -345,6 +345,11 @@ def cancel(
     )
 
 
+def run_now(*, scheduled: str, pending: str, wake: str, record: str, jid: str) -> Call:
+    """Move scheduled task ``jid`` to the head of its queue; reply 1 or 0 (``run_now.lua``)."""
+    return call("run_now", (scheduled, pending, wake, record), (jid,))
+
+
 def job_progress(*, inflight: str, record: str, token: int, progress: bytes) -> Call:
     """A running job's progress; reply 1 or 0, error ``FENCED`` (``job_progress.lua``)."""
     return call("job_progress", (inflight, record), (token, progress))

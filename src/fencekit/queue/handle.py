@@ -133,10 +133,11 @@ class Queue:
         with translated():
             return int(await self._client.llen(self._qk.pending))
 
-    async def scheduled(self) -> list[ScheduledTask]:
-        """Tasks waiting for a retry delay (or a delayed start), earliest first."""
+    async def scheduled(self, limit: int | None = None) -> list[ScheduledTask]:
+        """Tasks waiting for a retry delay (or a delayed start), earliest first (the first ``limit``)."""
         with translated():
-            entries = await self._client.zrange(self._qk.scheduled, 0, -1, withscores=True)
+            end = -1 if limit is None else max(0, limit - 1)
+            entries = await self._client.zrange(self._qk.scheduled, 0, end, withscores=True)
         out = []
         for raw, score in cast("list[tuple[bytes, float]]", entries):
             try:
@@ -210,6 +211,14 @@ class Queue:
     async def dead_count(self) -> int:
         with translated():
             return int(await self._client.zcard(self._qk.dead_index))
+
+    async def run_now(self, jid: str) -> bool:
+        """Start scheduled task ``jid`` now (at the head of the queue); False if none has that jid."""
+        qk = self._qk
+        call = scripts.run_now(
+            scheduled=qk.scheduled, pending=qk.pending, wake=qk.wake, record=qk.job(jid), jid=jid
+        )
+        return bool(await arun(self._client, call))
 
     async def failed(self, limit: int = 50) -> list[JobInfo]:
         """The tasks kept after they failed for good, newest first, with their errors."""

@@ -82,6 +82,7 @@ def create_app(
         Route("/admin/job", guarded(admin.job_page), methods=["GET"]),
         Route("/admin/cancel", guarded(checked_post(admin.cancel)), methods=["POST"]),
         Route("/admin/retry", guarded(checked_post(admin.retry)), methods=["POST"]),
+        Route("/admin/run-now", guarded(checked_post(admin.run_now)), methods=["POST"]),
         Route("/metrics", guarded(admin.metrics) if protect_metrics else admin.metrics, methods=["GET"]),
     ]
     app = Starlette(routes=routes)
@@ -228,7 +229,18 @@ class _Admin:
         if cancelled:
             self.source.logger.warning("admin: cancelled task %s of queue %r", jid, queue)
         done = "cancelled" if cancelled else "not-cancelled"
+        if form.get("next") == "admin":  # from the dashboard's running and scheduled rows
+            return RedirectResponse(f"{_root(request)}/admin?done={done}", 303)
         return RedirectResponse(f"{_root(request)}/admin/job?jid={quote(jid, safe='')}&done={done}", 303)
+
+    async def run_now(self, request: Request, form: dict[str, str]) -> Response:
+        queue, jid = form["queue"], form.get("jid", "")
+        if not is_jid(jid):
+            return _error(request, 400, "Bad request", "missing jid")
+        moved = await self.source.queue(queue).run_now(jid)
+        if moved:
+            self.source.logger.info("admin: started scheduled task %s of queue %r now", jid, queue)
+        return RedirectResponse(f"{_root(request)}/admin?done={'run-now' if moved else 'run-now-gone'}", 303)
 
     async def retry(self, request: Request, form: dict[str, str]) -> Response:
         queue, jid = form["queue"], form.get("jid", "")
@@ -300,6 +312,8 @@ _NOTICES = {
     "not-cancelled": "The task had finished already: nothing was cancelled.",
     "retried": "The failed task is enqueued again (attempt 1).",
     "retry-gone": "That task is no longer a kept failure (run again already, or pushed out).",
+    "run-now": "The scheduled task is at the head of its queue.",
+    "run-now-gone": "That task is no longer scheduled (it started, or was cancelled).",
 }
 
 

@@ -42,14 +42,24 @@ from fencekit._redis.clients import aclose_client, async_client
 from fencekit._redis.keys import DEFAULT_PREFIX, KeySpace, validate_queue
 from fencekit._redis.run import as_text, translated
 from fencekit._redis.url import RedisTarget, parse_url
-from fencekit.errors import StoreError
-from fencekit.queue.handle import DeadLetter, Queue, QueueStats
+from fencekit.errors import PayloadError, StoreError
+from fencekit.queue import codec
+from fencekit.queue.handle import DeadLetter, Queue, QueueStats, ScheduledTask
 from fencekit.queue.histogram import DurationHistogram
 from fencekit.queue.records import JobInfo
 from fencekit.queue.registry import ConsumerRecord, known_queues
 from fencekit.queue.results import cancel_job, read_job
+from fencekit.queue.settle import delivery_token
 from fencekit.settings import ClientSettings, defaults
-from fencekit.web.views import ChildView, ConsumerView, LoopView, QueueView, Snapshot, consumer_view
+from fencekit.web.views import (
+    ChildView,
+    ConsumerView,
+    LoopView,
+    QueueView,
+    RunningView,
+    Snapshot,
+    consumer_view,
+)
 
 __all__ = [
     "AdminSource",
@@ -249,8 +259,13 @@ class AdminSource:
         )
         letters = await self._latest_dead([v.name for v in views if v.dead_letters])
         failed = await self._latest_failed([v.name for v in views if v.stats.failed])
+        busy = [(cid, q) for (cid, q), n in zip(slots, replies[at:]) if int(n)]
+        running = await self._running(busy, now_ms)
+        scheduled = await self._soonest([v.name for v in views if v.scheduled])
         return Snapshot(
             failed=failed,
+            running=running,
+            scheduled=scheduled,
             queues=views,
             totals=totals,
             consumers=consumers,
@@ -276,6 +291,41 @@ class AdminSource:
         merged = sorted(
             (f for kept in per_queue for f in kept), key=lambda f: f.finished_at or 0.0, reverse=True
         )
+        return tuple(merged[:limit])
+
+    async def _running(self, busy: Sequence[tuple[str, str]], now_ms: int) -> tuple[RunningView, ...]:
+        """The tasks in the in-flight hashes of ``busy`` (consumer, queue) pairs, longest first."""
+        if not busy:
+            return ()
+        with translated():
+            pipe = self.redis.pipeline(transaction=False)
+            for cid, q in busy:
+                pipe.hgetall(self.keys.queue(q).inflight(cid))
+            hashes = await pipe.execute()
+        rows = []
+        for (cid, q), entries in zip(busy, hashes):
+            for field, raw in entries.items():
+                token = delivery_token(field)
+                if token is None:
+                    continue
+                jid: str | None
+                operation: str | None
+                try:
+                    env = codec.decode(raw)
+                    jid, operation, attempt = env.jid, env.operation, env.attempt
+                except PayloadError:
+                    jid, operation, attempt = codec.peek_jid(raw), None, 0
+                runtime = max(0.0, now_ms / 1000 - token / 1_000_000)
+                rows.append(RunningView(q, jid, operation, attempt, cid, token, runtime))
+        rows.sort(key=lambda v: v.runtime, reverse=True)
+        return tuple(rows[: self.dead_letter_limit])
+
+    async def _soonest(self, queues: Sequence[str]) -> tuple[ScheduledTask, ...]:
+        limit = self.dead_letter_limit
+        if not queues or limit <= 0:
+            return ()
+        per_queue = await asyncio.gather(*(self.queue(q).scheduled(limit) for q in queues))
+        merged = sorted((t for tasks in per_queue for t in tasks), key=lambda t: t.due_at)
         return tuple(merged[:limit])
 
     async def job(self, jid: str) -> JobInfo | None:

@@ -11,12 +11,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from fencekit.queue.handle import DeadLetter, QueueStats
+from fencekit.queue.handle import DeadLetter, QueueStats, ScheduledTask
 from fencekit.queue.histogram import DurationHistogram
 from fencekit.queue.records import JobInfo
 from fencekit.queue.registry import ConsumerRecord
 
-__all__ = ["ChildView", "ConsumerView", "QueueView", "Snapshot", "consumer_view"]
+__all__ = ["ChildView", "ConsumerView", "QueueView", "RunningView", "Snapshot", "consumer_view"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +86,23 @@ class Snapshot:
     taken_at: float = field(default_factory=time.time)
     failed: tuple[JobInfo, ...] = ()
     """The newest tasks kept after they failed for good, over the queues shown."""
+    running: tuple[RunningView, ...] = ()
+    """Tasks in the consumers' in-flight hashes, longest-running first."""
+    scheduled: tuple[ScheduledTask, ...] = ()
+    """The scheduled tasks due soonest, over the queues shown."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunningView:
+    """A task a consumer runs now: its delivery token tells when it was claimed (Redis clock, µs)."""
+
+    queue: str
+    jid: str | None
+    operation: str | None
+    attempt: int
+    consumer: str
+    token: int
+    runtime: float  # seconds since its claim
 
 
 def consumer_view(
