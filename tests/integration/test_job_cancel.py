@@ -238,3 +238,34 @@ async def test_a_consumer_hears_cancels_again_after_its_channel_was_killed(redis
         await asyncio.wait_for(started.wait(), 10)
         assert await client.cancel(jid)
         await eventually(lambda: cancelled == [jid], timeout=10, what="the coroutine's cancellation")
+
+
+async def test_garbage_on_the_result_and_cancel_channels_breaks_nothing(redis_url: str, r: Any) -> None:
+    """Anyone with write access can publish on the channels: odd messages are ignored."""
+    release = asyncio.Event()
+
+    class Held:
+        queue = "garbage"
+        operation = "run"
+
+        @classmethod
+        async def perform(cls, payload: dict[str, Any]) -> str:
+            await release.wait()
+            return "fine"
+
+    server = new_server(redis_url, Held)
+    async with Client(redis_url=redis_url) as client, running(server):
+        jid = await client.enqueue(Task("garbage", "run"))
+        waiter = asyncio.ensure_future(client.result(jid, timeout=20))
+        await eventually(lambda: r.execute_command("PUBSUB", "SHARDNUMSUB", qkey("garbage", "done"))[1] == 1)
+        for junk in (b"\xff\xfe", b"", b"  ", b"x" * 10_000, jid.encode() + b" 12 extra"):
+            r.execute_command("SPUBLISH", qkey("garbage", "done"), junk)
+            r.execute_command("SPUBLISH", qkey("garbage", "cancel"), junk)
+        r.execute_command("SPUBLISH", qkey("garbage", "cancel"), f"{jid} not-a-token")
+        r.execute_command("SPUBLISH", qkey("garbage", "cancel"), f"{jid} 1")  # no such delivery here
+        await asyncio.sleep(0.1)
+        assert not waiter.done()
+        release.set()
+        assert await waiter == "fine"
+    assert stats(r, "garbage")["processed"] == 1
+    assert stats(r, "garbage")["cancelled"] == 0
