@@ -39,6 +39,7 @@ DEFAULT_REFRESH = 5
 
 Handler = Callable[[Request], Awaitable[Response]]
 FormHandler = Callable[[Request, dict[str, str]], Awaitable[Response]]
+TaskHandler = Callable[[Request, dict[str, str], str, str], Awaitable[Response]]
 
 
 def create_app(
@@ -80,9 +81,9 @@ def create_app(
         Route("/admin/purge", guarded(checked_post(admin.purge)), methods=["POST"]),
         Route("/admin/revive", guarded(checked_post(admin.revive)), methods=["POST"]),
         Route("/admin/job", guarded(admin.job_page), methods=["GET"]),
-        Route("/admin/cancel", guarded(checked_post(admin.cancel)), methods=["POST"]),
-        Route("/admin/retry", guarded(checked_post(admin.retry)), methods=["POST"]),
-        Route("/admin/run-now", guarded(checked_post(admin.run_now)), methods=["POST"]),
+        Route("/admin/cancel", guarded(checked_post(admin.on_task(admin.cancel))), methods=["POST"]),
+        Route("/admin/retry", guarded(checked_post(admin.on_task(admin.retry))), methods=["POST"]),
+        Route("/admin/run-now", guarded(checked_post(admin.on_task(admin.run_now))), methods=["POST"]),
         Route("/metrics", guarded(admin.metrics) if protect_metrics else admin.metrics, methods=["GET"]),
     ]
     app = Starlette(routes=routes)
@@ -136,6 +137,17 @@ class _Admin:
                         headers={"WWW-Authenticate": 'Basic realm="fencekit", charset="UTF-8"'},
                     )
             return await handler(request)
+
+        return endpoint
+
+    def on_task(self, handler: TaskHandler) -> FormHandler:
+        """``handler(request, form, queue, jid)`` for a form that names a task, 400 without a usable jid."""
+
+        async def endpoint(request: Request, form: dict[str, str]) -> Response:
+            jid = form.get("jid", "")
+            if not is_jid(jid):
+                return _error(request, 400, "Bad request", "missing jid")
+            return await handler(request, form, form["queue"], jid)
 
         return endpoint
 
@@ -221,10 +233,7 @@ class _Admin:
         return HTMLResponse(body, headers=SECURITY_HEADERS)
 
     # actions (behind checked_post) -------------------------------------------
-    async def cancel(self, request: Request, form: dict[str, str]) -> Response:
-        queue, jid = form["queue"], form.get("jid", "")
-        if not is_jid(jid):
-            return _error(request, 400, "Bad request", "missing jid")
+    async def cancel(self, request: Request, form: dict[str, str], queue: str, jid: str) -> Response:
         cancelled = await self.source.cancel(jid, queue)
         if cancelled:
             self.source.logger.warning("admin: cancelled task %s of queue %r", jid, queue)
@@ -233,19 +242,13 @@ class _Admin:
             return RedirectResponse(f"{_root(request)}/admin?done={done}", 303)
         return RedirectResponse(f"{_root(request)}/admin/job?jid={quote(jid, safe='')}&done={done}", 303)
 
-    async def run_now(self, request: Request, form: dict[str, str]) -> Response:
-        queue, jid = form["queue"], form.get("jid", "")
-        if not is_jid(jid):
-            return _error(request, 400, "Bad request", "missing jid")
+    async def run_now(self, request: Request, form: dict[str, str], queue: str, jid: str) -> Response:
         moved = await self.source.queue(queue).run_now(jid)
         if moved:
             self.source.logger.info("admin: started scheduled task %s of queue %r now", jid, queue)
         return RedirectResponse(f"{_root(request)}/admin?done={'run-now' if moved else 'run-now-gone'}", 303)
 
-    async def retry(self, request: Request, form: dict[str, str]) -> Response:
-        queue, jid = form["queue"], form.get("jid", "")
-        if not is_jid(jid):
-            return _error(request, 400, "Bad request", "missing jid")
+    async def retry(self, request: Request, form: dict[str, str], queue: str, jid: str) -> Response:
         again = await self.source.queue(queue).retry_failed(jid)
         if again:
             self.source.logger.info("admin: re-enqueued failed task %s of queue %r", jid, queue)
