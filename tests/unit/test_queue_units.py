@@ -613,6 +613,18 @@ def every_call(keys: KeySpace, queue: str) -> dict[str, scripts.Call]:
         ),
         "schedule": scripts.schedule(scheduled=qk.scheduled, pending=qk.pending, wake=qk.wake, limit=10),
         "purge": scripts.purge(pending=qk.pending, stats=qk.stats, record_prefix=qk.job("")),
+        "history_sample": scripts.history_sample(
+            stats=qk.stats,
+            pending=qk.pending,
+            last=qk.history_last,
+            minutes=qk.history_minutes,
+            hours=qk.history_hours,
+            now_ms=None,
+            back_ms=100,
+            minute_tier=(60, 2880),
+            hour_tier=(3600, 2160),
+            durations="",
+        ),
         "dead_revive": scripts.dead_revive(
             dead=qk.dead,
             dead_index=qk.dead_index,

@@ -34,6 +34,11 @@ Cluster too (invariant I5 of ``docs/design.md``). The schema, with ``P`` the pre
                                       that finished, for Client.result()
     P:{Q}:cancel               (sharded pub/sub channel) "<jid> <token>" of a running
                                       delivery cancelled, for its consumer
+    P:{Q}:history:last         HASH   the counters the previous history sample saw, and
+                                      the newest bucket of each tier (m, h)
+    P:{Q}:history:m            HASH   minute number -> the minute's history (queue/history.py):
+                                      counts, depth, durations; the newest 2,880 minutes
+    P:{Q}:history:h            HASH   hour number -> the same per hour; the newest 2,160 hours
     P:fence:{Q}:job:<jid>      STRING highest token of the task's deliveries whose writes
                                       stand (raised past a reaped or returned delivery);
                                       the fence of ``current_job().set_if_fresh``
@@ -130,6 +135,9 @@ class QueueKeys:
     failed: str
     done_channel: str
     cancel_channel: str
+    history_last: str
+    history_minutes: str
+    history_hours: str
     _inflight_base: str
     _job_base: str
 
@@ -203,6 +211,9 @@ class KeySpace:
                 failed=base + "failed",
                 done_channel=base + "done",
                 cancel_channel=base + "cancel",
+                history_last=base + "history:last",
+                history_minutes=base + "history:m",
+                history_hours=base + "history:h",
                 _inflight_base=base + "inflight:",
                 _job_base=base + "job:",
             )

@@ -395,6 +395,31 @@ def dead_revive(
     return call("dead_revive", keys, (dead_id, envelope))
 
 
+
+def history_sample(
+    *,
+    stats: str,
+    pending: str,
+    last: str,
+    minutes: str,
+    hours: str,
+    now_ms: int | None,
+    back_ms: int,
+    minute_tier: tuple[int, int],
+    hour_tier: tuple[int, int],
+    durations: str,
+) -> Call:
+    """Book a queue's counters, depth and durations into its history; reply [processed, depth].
+
+    ``*_tier``: (step in seconds, buckets kept); ``now_ms`` None uses the Redis
+    clock; ``durations``: "" or "sum_us c1 ... c15" (``history_sample.lua``).
+    """
+    return call(
+        "history_sample",
+        (stats, pending, last, minutes, hours),
+        ("" if now_ms is None else now_ms, back_ms, *minute_tier, *hour_tier, durations),
+    )
+
 # -- registry ------------------------------------------------------------------------
 
 

@@ -17,8 +17,9 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+from collections.abc import Sequence
 
-from fencekit.queue.histogram import DEFAULT_BUCKETS, DurationHistogram
+from fencekit.queue.histogram import DEFAULT_BUCKETS, DurationHistogram, QueueDurations
 
 TICK = 0.5
 
@@ -26,25 +27,31 @@ STARTING, READY, STOPPING = 0, 1, 2
 
 _HEADER = struct.Struct("dq")  # supervisor: last heartbeat that reached Redis, data losses seen
 _BEAT = struct.Struct("d")
-# tick, state, pid, tasks processed, tasks running, duration sum, counts per bucket (+Inf last)
-_SLOT = struct.Struct(f"dqqqqd{len(DEFAULT_BUCKETS) + 1}q")
 _RESETS = struct.Struct("q")
-
-
-_ZEROS = (0,) * (len(DEFAULT_BUCKETS) + 1)
+# tick, state, pid, tasks processed, tasks running; then per queue: duration sum, counts per bucket
+_SLOT_HEAD = struct.Struct("dqqqq")
+_WIDTH = len(DEFAULT_BUCKETS) + 1  # counts per histogram, +Inf last
+_ZEROS = (0,) * _WIDTH
 
 
 class Board:
-    """The shared mapping (see the module docstring)."""
+    """The shared mapping (see the module docstring).
 
-    def __init__(self, slots: int, fd: int | None = None) -> None:
+    ``queues``: the queues whose job durations each slot holds, one histogram
+    each, in this order (the supervisor and its children pass the same list).
+    """
+
+    def __init__(self, slots: int, queues: Sequence[str] = (), fd: int | None = None) -> None:
         self.slots = slots
-        self.size = _HEADER.size + slots * _SLOT.size
+        self.queues = tuple(queues)
+        self._slot = struct.Struct(_SLOT_HEAD.format + ("d" + f"{_WIDTH}q") * len(self.queues))
+        self.size = _HEADER.size + slots * self._slot.size
         if fd is None:
             fd = os.memfd_create("fencekit-board", 0)  # inheritable by default: not O_CLOEXEC
             os.ftruncate(fd, self.size)
         self.fd = fd
         self._map = mmap.mmap(fd, self.size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        self._blank = (0.0, *_ZEROS) * len(self.queues)
 
     # supervisor side -------------------------------------------------------
     def set_beat_ok(self, when: float) -> None:
@@ -54,20 +61,27 @@ class Board:
         _RESETS.pack_into(self._map, _BEAT.size, resets)
 
     def reset_slot(self, slot: int, now: float) -> None:
-        _SLOT.pack_into(self._map, self._offset(slot), now, STARTING, 0, 0, 0, 0.0, *_ZEROS)
+        self._slot.pack_into(self._map, self._offset(slot), now, STARTING, 0, 0, 0, *self._blank)
 
     def read_slot(self, slot: int) -> tuple[float, int, int, int]:
-        tick, state, pid, settled = _SLOT.unpack_from(self._map, self._offset(slot))[:4]
+        tick, state, pid, settled = _SLOT_HEAD.unpack_from(self._map, self._offset(slot))[:4]
         return tick, state, pid, settled
 
     def read_running(self, slot: int) -> int:
         """How many tasks child ``slot`` ran at its last tick."""
-        return int(_SLOT.unpack_from(self._map, self._offset(slot))[4])
+        return int(_SLOT_HEAD.unpack_from(self._map, self._offset(slot))[4])
 
-    def read_durations(self, slot: int) -> DurationHistogram:
-        """The job-duration histogram child ``slot`` last published."""
-        fields = _SLOT.unpack_from(self._map, self._offset(slot))
-        return DurationHistogram.from_counts(fields[6:], fields[5])
+    def read_durations(self, slot: int) -> QueueDurations:
+        """The per-queue job-duration histograms child ``slot`` last published."""
+        fields = self._slot.unpack_from(self._map, self._offset(slot))
+        by_queue: dict[str, DurationHistogram] = {}
+        at = len(_SLOT_HEAD.format)  # one field per format character: all are 8 bytes
+        for queue in self.queues:
+            counts = fields[at + 1 : at + 1 + _WIDTH]
+            if any(counts):
+                by_queue[queue] = DurationHistogram.from_counts(counts, fields[at])
+            at += 1 + _WIDTH
+        return QueueDurations(by_queue)
 
     # child side ------------------------------------------------------------
     def beat_ok(self) -> float:
@@ -84,25 +98,20 @@ class Board:
         state: int,
         pid: int,
         settled: int,
-        durations: DurationHistogram,
+        durations: QueueDurations,
         running: int = 0,
     ) -> None:
-        _SLOT.pack_into(
-            self._map,
-            self._offset(slot),
-            now,
-            state,
-            pid,
-            settled,
-            running,
-            durations.sum,
-            *durations.counts,
-        )
+        histograms: list[float | int] = []
+        for queue in self.queues:
+            histogram = durations.get(queue)
+            histograms.append(histogram.sum)
+            histograms += histogram.counts
+        self._slot.pack_into(self._map, self._offset(slot), now, state, pid, settled, running, *histograms)
 
     def _offset(self, slot: int) -> int:
         if not 0 <= slot < self.slots:
             raise IndexError(f"slot {slot} out of range 0..{self.slots - 1}")
-        return _HEADER.size + slot * _SLOT.size
+        return _HEADER.size + slot * self._slot.size
 
     def close(self) -> None:
         self._map.close()

@@ -86,6 +86,8 @@ class ChildConfig:
     parent: int  # the supervisor's pid: a child outlives it by a second at most
     app: str | None = None
     worker_paths: tuple[str, ...] = field(default_factory=tuple)
+    board_queues: tuple[str, ...] = field(default_factory=tuple)
+    """The queues whose job durations the board's slots hold, in order."""
 
     def to_json(self) -> bytes:
         return orjson.dumps(
@@ -98,6 +100,7 @@ class ChildConfig:
                 "parent": self.parent,
                 "app": self.app,
                 "worker_paths": list(self.worker_paths),
+                "board_queues": list(self.board_queues),
             }
         )
 
@@ -113,6 +116,7 @@ class ChildConfig:
             parent=int(data["parent"]),
             app=data.get("app"),
             worker_paths=tuple(data.get("worker_paths", ())),
+            board_queues=tuple(data.get("board_queues", ())),
         )
 
 
@@ -217,7 +221,7 @@ async def _serve(
                 state,
                 pid,
                 consumer.stats.processed,
-                consumer.stats.durations,
+                consumer.stats.by_queue,
                 consumer.running,
             )
             if os.getppid() != config.parent and not stop.is_set():
@@ -235,7 +239,7 @@ async def _serve(
             return ExitCode.OK
         await run_hooks(app.on_startup, client)
         state = READY
-        board.tick(config.slot, time.monotonic(), state, pid, 0, consumer.stats.durations)
+        board.tick(config.slot, time.monotonic(), state, pid, 0, consumer.stats.by_queue)
         _log_serving(logger, config, consumer, loop)
         consuming = asyncio.create_task(consumer.run())
         stopping = asyncio.create_task(stop.wait())
@@ -251,7 +255,7 @@ async def _serve(
     finally:
         ticking.cancel()
         board.tick(
-            config.slot, time.monotonic(), STOPPING, pid, consumer.stats.processed, consumer.stats.durations
+            config.slot, time.monotonic(), STOPPING, pid, consumer.stats.processed, consumer.stats.by_queue
         )
         await aclose_client(redis)
 
@@ -299,7 +303,7 @@ def main() -> NoReturn:
         config = ChildConfig.from_json(sys.stdin.buffer.read())
         logging.getLogger().setLevel(config.settings["log_level"])
         app = load_app(config.app) if config.app else App(load_worker_paths(config.worker_paths))
-        board = Board(config.board_slots, fd=config.board_fd)
+        board = Board(config.board_slots, config.board_queues, fd=config.board_fd)
     except (FenceKitError, ValueError, KeyError) as exc:
         logger.error("pool child cannot start: %s", exc)
         _coverage.save()

@@ -46,7 +46,7 @@ from fencekit.pool.children import (
 )
 from fencekit.pool.watch import HANG_CHECK, HangWatch
 from fencekit.queue.client import Client
-from fencekit.queue.histogram import DurationHistogram
+from fencekit.queue.histogram import DurationHistogram, QueueDurations
 from fencekit.queue.loops import Backoff, Loop
 from fencekit.queue.registry import ConsumerRecord, consumer_id
 from fencekit.queue.worker import WorkerRegistry
@@ -108,7 +108,7 @@ class Supervisor:
         self._control: set[asyncio.Task[Any]] = set()  # stops and restarts asked for by signals
         self._signals = 0
         self._hooks_ran = False
-        self._retired = DurationHistogram()  # durations of children that have exited
+        self._retired = QueueDurations()  # durations of children that have exited
 
     @property
     def web(self) -> WebServer | None:
@@ -138,7 +138,7 @@ class Supervisor:
         await self.services.start_web()
         self._hooks_ran = True  # from here on, the shutdown hooks run at stop
         await run_hooks(self.app.on_pool_startup, Client.sharing(self.settings, self.services.redis))
-        self.board = Board(self.settings["procs"])
+        self.board = Board(self.settings["procs"], self.registry.queues)
         self.board.set_beat_ok(time.monotonic())
         for child in self.children:
             self._new_incarnation(child)
@@ -255,6 +255,7 @@ class Supervisor:
             consumer_id=child.consumer_id,
             board_fd=self.board.fd,
             board_slots=self.settings["procs"],
+            board_queues=self.board.queues,
             settings=dict(self.settings),
             parent=os.getpid(),
             app=self.app_spec,
@@ -395,6 +396,10 @@ class Supervisor:
 
     def durations(self) -> DurationHistogram:
         """Job durations of every child, past and present, summed bucket by bucket."""
+        return self.queue_durations().total()
+
+    def queue_durations(self) -> QueueDurations:
+        """Job durations per queue of every child, past and present."""
         total = self._retired
         if self.board is not None:
             for child in self.children:

@@ -111,3 +111,66 @@ class DurationHistogram:
         total.count = self.count + other.count
         total.sum = self.sum + other.sum
         return total
+
+    def __sub__(self, other: DurationHistogram) -> DurationHistogram:
+        """What this histogram counted since ``other`` (an earlier reading of it); never negative."""
+        if self.bounds != other.bounds:
+            raise ConfigError("cannot subtract histograms with different buckets")
+        delta = DurationHistogram(self.bounds)
+        delta._counts = [max(0, a - b) for a, b in zip(self._counts, other._counts)]
+        delta.count = sum(delta._counts)
+        delta.sum = max(0.0, self.sum - other.sum) if delta.count else 0.0
+        return delta
+
+    def copy(self) -> DurationHistogram:
+        """An independent copy (a reading that later observations do not change)."""
+        return DurationHistogram.from_counts(self._counts, self.sum, self.bounds)
+
+
+class QueueDurations:
+    """One :class:`DurationHistogram` per queue, for the per-queue history.
+
+    The consumer observes each job under its queue (a dict lookup more than a
+    single histogram); the process-wide histogram of ``/metrics`` is their
+    sum, taken when it is read.
+    """
+
+    __slots__ = ("_by_queue",)
+
+    def __init__(self, by_queue: dict[str, DurationHistogram] | None = None) -> None:
+        self._by_queue: dict[str, DurationHistogram] = by_queue if by_queue is not None else {}
+
+    def observe(self, queue: str, seconds: float) -> None:
+        """Record one job of ``queue`` that ran for ``seconds``."""
+        histogram = self._by_queue.get(queue)
+        if histogram is None:
+            histogram = self._by_queue[queue] = DurationHistogram()
+        histogram.observe(seconds)
+
+    def get(self, queue: str) -> DurationHistogram:
+        """The histogram of ``queue`` (empty if none of its jobs ran here)."""
+        histogram = self._by_queue.get(queue)
+        return histogram if histogram is not None else DurationHistogram()
+
+    def queues(self) -> list[str]:
+        """The queues with a histogram, in the order their first job ran."""
+        return list(self._by_queue)
+
+    def total(self) -> DurationHistogram:
+        """Every queue's histogram summed: the process-wide one."""
+        total = DurationHistogram()
+        for histogram in self._by_queue.values():
+            total = total + histogram
+        return total
+
+    def copy(self) -> QueueDurations:
+        """An independent reading of every queue's histogram."""
+        return QueueDurations({q: h.copy() for q, h in self._by_queue.items()})
+
+    def __add__(self, other: QueueDurations) -> QueueDurations:
+        """Queue-by-queue sum (several processes' readings add up)."""
+        out = {q: h.copy() for q, h in self._by_queue.items()}
+        for queue, histogram in other._by_queue.items():
+            mine = out.get(queue)
+            out[queue] = histogram.copy() if mine is None else mine + histogram
+        return QueueDurations(out)

@@ -24,7 +24,7 @@ from fencekit._redis.scripts import Call, RecordedAck
 from fencekit.errors import PayloadError
 from fencekit.primitives.fence import FenceRules
 from fencekit.queue import codec, records, settle
-from fencekit.queue.histogram import DurationHistogram
+from fencekit.queue.histogram import DurationHistogram, QueueDurations
 from fencekit.queue.job import Job, JobSite, set_current
 from fencekit.queue.outbox import Outbox
 from fencekit.queue.settle import Delivery, Retention
@@ -56,7 +56,13 @@ class ConsumerStats:
     """Tasks dropped unrun because their ``expires`` time had passed when claimed."""
     cancelled: int = 0
     """Running tasks stopped by a client's ``cancel()``."""
-    durations: DurationHistogram = field(default_factory=DurationHistogram)
+    by_queue: QueueDurations = field(default_factory=QueueDurations)
+    """Job durations per queue (the history's p50/p95 come from these)."""
+
+    @property
+    def durations(self) -> DurationHistogram:
+        """Job durations of every queue, summed."""
+        return self.by_queue.total()
 
 
 DEADLINE_TICK = 0.01
@@ -173,7 +179,7 @@ class Performer:
         finally:
             if timeout is not None:
                 self._deadlines.pop((queue, token), None)
-            self.stats.durations.observe(time.perf_counter() - started)
+            self.stats.by_queue.observe(queue, time.perf_counter() - started)
         if (self.cancelled or self.timed_out) and self._settled_elsewhere(
             queue, token, envelope, job, returned=True
         ):

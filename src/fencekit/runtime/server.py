@@ -34,7 +34,7 @@ from fencekit.errors import ConfigError, StoreError
 from fencekit.queue.client import Client
 from fencekit.queue.consumer import Consumer
 from fencekit.queue.handle import Queue, QueueStats
-from fencekit.queue.histogram import DurationHistogram
+from fencekit.queue.histogram import DurationHistogram, QueueDurations
 from fencekit.queue.registry import ConsumerRecord, consumer_id
 from fencekit.queue.task import Task
 from fencekit.queue.worker import WorkerRegistry
@@ -223,6 +223,9 @@ class Server:
 
     def durations(self) -> DurationHistogram:
         return self.consumer.stats.durations if self.consumer is not None else DurationHistogram()
+
+    def queue_durations(self) -> QueueDurations:
+        return self.consumer.stats.by_queue if self.consumer is not None else QueueDurations()
 
     def children_view(self) -> tuple[ChildView, ...] | None:
         return None

@@ -1,6 +1,6 @@
 """The components that are not the hot path, assembled once for ``Server`` and the supervisor.
 
-Heartbeat, reaper, scheduler and web server are built here, from the
+Heartbeat, reaper, scheduler, history sampler and web server are built here, from the
 settings and from a :class:`Placement` -- what the process that hosts them
 knows: which consumers it beats for and knows alive, the job durations it
 can see, its pool children (none for a ``Server``). Both placements start and
@@ -31,7 +31,8 @@ from fencekit._redis.run import translated
 from fencekit._redis.url import RedisTarget
 from fencekit.errors import ConfigError
 from fencekit.queue.heartbeat import Heartbeat
-from fencekit.queue.histogram import DurationHistogram
+from fencekit.queue.histogram import DurationHistogram, QueueDurations
+from fencekit.queue.history import HistorySampler
 from fencekit.queue.loops import Loop
 from fencekit.queue.reaper import Reaper
 from fencekit.queue.registry import ConsumerRecord, register_queues
@@ -70,12 +71,15 @@ class Placement(Protocol):
     def durations(self) -> DurationHistogram:
         """Job durations this process can see, for /admin and /metrics."""
 
+    def queue_durations(self) -> QueueDurations:
+        """The same per queue, for the history (``queue.history``)."""
+
     def children_view(self) -> tuple[ChildView, ...] | None:
         """The pool's children, or None for a ``Server``."""
 
 
 class Services:
-    """Heartbeat, reaper, scheduler and web of one placement (see the module docstring)."""
+    """Heartbeat, reaper, scheduler, history and web of one placement (see the module docstring)."""
 
     def __init__(
         self,
@@ -112,7 +116,13 @@ class Services:
             self.redis, keys, registry, ttl, logger, Retention.of(settings), alive=placement.alive_consumers
         )
         self.scheduler = Scheduler(self.redis, keys, self.queues, logger)
-        self.loops: list[Loop] = [self.heartbeat.loop(), self.reaper.loop(), self.scheduler.loop()]
+        self.history = HistorySampler(self.redis, keys, self.queues, logger, placement.queue_durations)
+        self.loops: list[Loop] = [
+            self.heartbeat.loop(),
+            self.reaper.loop(),
+            self.scheduler.loop(),
+            self.history.loop(),
+        ]
         self.web: WebServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -165,7 +175,7 @@ class Services:
         await self.heartbeat.beat_once()
 
     def start_loops(self, extra: Sequence[Loop] = ()) -> None:
-        """Run the heartbeat, reaper and scheduler loops (and ``extra``) until :meth:`close`."""
+        """Run the heartbeat, reaper, scheduler and history loops (and ``extra``) until :meth:`close`."""
         self.loops.extend(extra)
         self._tasks = [asyncio.create_task(loop.run(), name=f"fencekit-{loop.name}") for loop in self.loops]
 

@@ -1,0 +1,284 @@
+"""Per-queue history on a real Redis: what each minute and hour booked, retention, bytes, many hosts.
+
+The buckets are read straight from Redis and split by hand, following the
+stored form documented in ``history_sample.lua`` (22 integers: processed
+failed retried fenced_out dead depth dur_sum_us and 15 duration counts), so
+the tests check what is stored, not what the reader makes of it.
+
+Two kinds of test: the real sampling loop of running ``Server`` s (every job
+booked once, durations included, however many hosts sample), and samples
+driven at chosen times (``HistorySampler.sample(now_ms=...)``, the call the
+loop makes with the Redis clock) to cross minute boundaries and to age
+buckets out of the window without waiting days.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio
+from tests.queue_helpers import eventually, new_server, qkey, running, worker
+
+from fencekit import Client, Task
+from fencekit._redis.keys import KeySpace
+from fencekit.errors import StoreError
+from fencekit.queue.histogram import DEFAULT_BUCKETS, DurationHistogram, QueueDurations
+from fencekit.queue.history import HOURS, MINUTES, HistorySampler, read_histories, read_history
+from fencekit.runtime.server import Server
+
+MINUTE_MS = 60_000
+HOUR_MS = 3_600_000
+
+
+def buckets(r: redis.Redis, queue: str, tier: str = "m") -> dict[int, list[int]]:
+    """bucket number -> its 22 integers, as stored."""
+    raw = r.hgetall(qkey(queue, f"history:{tier}"))
+    return {int(k): [int(v) for v in value.split()] for k, value in raw.items()}
+
+
+def total(r: redis.Redis, queue: str, index: int, tier: str = "m") -> int:
+    return sum(values[index] for values in buckets(r, queue, tier).values())
+
+
+def timed(r: redis.Redis, queue: str, tier: str = "m") -> int:
+    """Jobs whose duration the buckets hold (the 15 histogram counts)."""
+    return sum(sum(values[7:]) for values in buckets(r, queue, tier).values())
+
+
+def stop_history_loop(server: Server) -> HistorySampler:
+    """Stop the server's own sampling loop: the test samples at the times it chooses instead."""
+    for task in server.services._tasks:
+        if task.get_name() == "fencekit-history":
+            task.cancel()
+    return server.services.history
+
+
+def sampler(url: str, queue: str, durations: Any = QueueDurations) -> tuple[HistorySampler, Any]:
+    client = redis.asyncio.Redis.from_url(url)
+    return HistorySampler(client, KeySpace(), [queue], logging.getLogger("test.history"), durations), client
+
+
+async def test_each_minute_holds_what_finished_in_it_across_two_minute_boundaries(
+    redis_url: str, r: redis.Redis
+) -> None:
+    queue = "hist-minutes"
+
+    async def perform(payload: dict[str, Any]) -> None:
+        await asyncio.sleep(0.03)  # every duration lands in the <= 50 ms bucket
+        if payload["fail"]:
+            raise RuntimeError("boom")
+
+    server = new_server(redis_url, worker(queue, "job", perform, retry=False))
+    # the Redis clock's current minute, and the three before it: the batches are booked there
+    now_ms = int(r.time()[0]) * 1000
+    first = now_ms // MINUTE_MS - 3
+    async with running(server), Client(redis_url) as client:
+        history = stop_history_loop(server)
+        await history.sample(now_ms=first * MINUTE_MS - 50)  # baseline: books nothing
+        batches = [(30, 0), (50, 4), (70, 1)]  # (succeed, fail) per minute
+        for i, (ok, bad) in enumerate(batches):
+            tasks = [Task(queue, "job", {"fail": False}) for _ in range(ok)]
+            tasks += [Task(queue, "job", {"fail": True}) for _ in range(bad)]
+            await client.enqueue_many(tasks)
+            done = sum(a + b for a, b in batches[: i + 1])
+            await eventually(
+                lambda done=done: (
+                    server.consumer is not None
+                    and server.consumer.stats.durations.count == done
+                    and int(r.hget(qkey(queue, "stats"), "processed") or 0)
+                    + int(r.hget(qkey(queue, "stats"), "failed") or 0)
+                    == done
+                ),
+                what=f"batch {i} settled",
+            )
+            # just before the end of minute first + i, as the loop books a sample taken after the mark
+            await history.sample(now_ms=(first + i + 1) * MINUTE_MS - 50)
+
+    stored = buckets(r, queue)
+    assert sorted(stored) == [first, first + 1, first + 2]
+    for i, (ok, bad) in enumerate(batches):
+        values = stored[first + i]
+        assert values[0:5] == [ok, bad, 0, 0, 0]  # processed failed retried fenced_out dead
+        assert values[6] >= (ok + bad) * 30_000  # durations' sum, µs
+        counts = values[7:]
+        assert sum(counts) == ok + bad
+        assert counts[DEFAULT_BUCKETS.index(0.05)] == ok + bad
+    hours = buckets(r, queue, "h")
+    assert sum(v[0] for v in hours.values()) == 150
+    assert sum(v[1] for v in hours.values()) == 5
+    assert all(first * 60 // 3600 <= h <= (first + 2) * 60 // 3600 for h in hours)
+
+    # the reader sums what is stored: the last hour of this queue
+    read = await read_history(server.services.redis, KeySpace(), [queue], "1h")
+    assert [b.processed for b in read.buckets] == [30, 50, 70]
+    assert [b.failed for b in read.buckets] == [0, 4, 1]
+    assert [b.p50 for b in read.buckets] == [0.05, 0.05, 0.05]
+
+
+async def test_a_running_server_books_every_job_once_with_its_duration(
+    redis_url: str, r: redis.Redis
+) -> None:
+    queue = "hist-live"
+
+    async def perform(payload: dict[str, Any]) -> None:
+        await asyncio.sleep(0.001)
+
+    server = new_server(redis_url, worker(queue, "job", perform))
+    async with running(server), Client(redis_url) as client:
+        await client.enqueue_many(Task(queue, "job", {}) for _ in range(120))
+        # the loop samples every 5 s on the host clock's grid
+        await eventually(lambda: total(r, queue, 0) == 120 and timed(r, queue) == 120, 15, "booked")
+        await eventually(lambda: server.services.history.samples >= 2, 10, "a second sample")
+    assert total(r, queue, 0) == 120
+    assert timed(r, queue) == 120
+    assert total(r, queue, 0, "h") == 120
+    assert timed(r, queue, "h") == 120
+
+
+async def test_two_hosts_sampling_one_queue_book_each_job_once(redis_url: str, r: redis.Redis) -> None:
+    queue = "hist-two"
+
+    async def perform(payload: dict[str, Any]) -> None:
+        await asyncio.sleep(0.002)
+
+    servers = [new_server(redis_url, worker(queue, "job", perform)) for _ in range(2)]
+    async with running(servers[0]), running(servers[1]), Client(redis_url) as client:
+        await client.enqueue_many(Task(queue, "job", {}) for _ in range(400))
+        await eventually(lambda: total(r, queue, 0) == 400 and timed(r, queue) == 400, 15, "booked")
+        ran = [s.consumer.stats.durations.count for s in servers if s.consumer is not None]
+        assert sum(ran) == 400, ran
+        assert all(ran), ran  # both hosts ran jobs, and both sample
+        await eventually(lambda: all(s.services.history.samples >= 2 for s in servers), 10, "more samples")
+    assert total(r, queue, 0) == 400
+    assert timed(r, queue) == 400
+
+
+async def test_old_buckets_leave_the_window_and_a_long_gap_empties_it(redis_url: str, r: redis.Redis) -> None:
+    queue = "hist-retention"
+    history, client = sampler(redis_url, queue)
+    try:
+        start = 29_000_000  # a minute number (2025): any will do, the script books at the time given
+        await history.sample(now_ms=start * MINUTE_MS)
+        for i in range(3):
+            r.hincrby(qkey(queue, "stats"), "processed", 10 + i)
+            await history.sample(now_ms=(start + i) * MINUTE_MS + 1)
+        assert sorted(buckets(r, queue)) == [start, start + 1, start + 2]
+
+        # 48 h later, one minute past the window of start + 1: start and start + 1 are dropped
+        r.hincrby(qkey(queue, "stats"), "processed", 5)
+        await history.sample(now_ms=(start + 1 + MINUTES.keep) * MINUTE_MS)
+        assert sorted(buckets(r, queue)) == [start + 2, start + 1 + MINUTES.keep]
+        assert buckets(r, queue)[start + 2][0] == 12
+        hours = buckets(r, queue, "h")  # the hour tier still holds both hours
+        assert sum(v[0] for v in hours.values()) == 10 + 11 + 12 + 5
+        assert len(hours) == 2
+
+        # past the hour tier's window (90 days) with nothing in between: both tiers start over
+        r.hincrby(qkey(queue, "stats"), "processed", 7)
+        later = (start + 1 + MINUTES.keep) * MINUTE_MS + (HOURS.keep + 1) * HOUR_MS
+        await history.sample(now_ms=later)
+        assert {k: v[0] for k, v in buckets(r, queue).items()} == {later // MINUTE_MS: 7}
+        assert {k: v[0] for k, v in buckets(r, queue, "h").items()} == {later // HOUR_MS: 7}
+
+        # a sample older than the window (a host clock far behind) books nothing and drops nothing
+        r.hincrby(qkey(queue, "stats"), "processed", 3)
+        await history.sample(now_ms=start * MINUTE_MS)
+        assert {k: v[0] for k, v in buckets(r, queue).items()} == {later // MINUTE_MS: 7}
+    finally:
+        await client.aclose()
+
+
+async def test_a_full_history_is_bounded_and_its_bytes_are_as_documented(
+    redis_url: str, r: redis.Redis
+) -> None:
+    queue = "hist-bytes"
+    counts = [0] * (len(DEFAULT_BUCKETS) + 1)
+
+    def durations() -> QueueDurations:  # a busy host: 12k jobs a sample over four buckets
+        for bucket in (1, 2, 4, 6):
+            counts[bucket] += 3000
+        return QueueDurations({queue: DurationHistogram.from_counts(counts, sum(counts) * 0.05)})
+
+    history, client = sampler(redis_url, queue, durations)
+    try:
+        start = 29_000_000
+        await history.sample(now_ms=start * MINUTE_MS)
+        # every minute of the 48 h window busy, then every hour of the 90 days
+        for minute in range(start, start + MINUTES.keep + 100):
+            r.hincrby(qkey(queue, "stats"), "processed", 12_345)
+            await history.sample(now_ms=minute * MINUTE_MS)
+        hour0 = (start + MINUTES.keep + 100) * MINUTE_MS // HOUR_MS
+        for hour in range(hour0, hour0 + HOURS.keep + 10):
+            r.hincrby(qkey(queue, "stats"), "processed", 12_345)
+            await history.sample(now_ms=hour * HOUR_MS)
+        assert r.hlen(qkey(queue, "history:m")) <= MINUTES.keep
+        assert r.hlen(qkey(queue, "history:h")) == HOURS.keep
+        await history.sample(now_ms=(hour0 + HOURS.keep + 9) * HOUR_MS)  # refill the minute tier's last hour
+        size = sum(
+            int(r.memory_usage(qkey(queue, part), samples=0) or 0)
+            for part in ("history:m", "history:h", "history:last")
+        )
+        print(f"history bytes, one queue, full windows: {size}")
+        # queue/history.py states "about 0.4 MB" for a queue busy through both windows
+        assert 200_000 < size < 450_000
+    finally:
+        await client.aclose()
+
+
+async def test_a_reset_counter_and_an_unreadable_bucket_lose_nothing_after_them(
+    redis_url: str, r: redis.Redis
+) -> None:
+    queue = "hist-odd"
+    history, client = sampler(redis_url, queue)
+    try:
+        minute = int(r.time()[0]) // 60
+        await history.sample(now_ms=minute * MINUTE_MS)
+        r.hincrby(qkey(queue, "stats"), "processed", 100)
+        await history.sample(now_ms=minute * MINUTE_MS + 1)
+        r.delete(qkey(queue, "stats"))  # the counters start over (as after a lost Redis)
+        r.hincrby(qkey(queue, "stats"), "processed", 3)
+        await history.sample(now_ms=minute * MINUTE_MS + 2)
+        assert buckets(r, queue)[minute][0] == 103
+
+        r.hset(qkey(queue, "history:m"), str(minute - 1), "not a bucket")
+        read = (await read_histories(client, KeySpace(), [queue], "1h"))[queue]
+        assert read.unreadable == 1
+        assert [b.processed for b in read.buckets] == [103]
+        r.hincrby(qkey(queue, "stats"), "processed", 1)
+        await history.sample(now_ms=(minute - 1) * MINUTE_MS)  # booking into it rewrites it whole
+        assert buckets(r, queue)[minute - 1][0] == 1
+    finally:
+        await client.aclose()
+
+
+async def test_a_sample_that_fails_books_nothing_and_the_next_one_books_what_it_missed(
+    redis_url: str, r: redis.Redis
+) -> None:
+    queue = "hist-outage"
+    seen = QueueDurations()
+    history, client = sampler(redis_url, queue, lambda: seen)
+    dead = redis.asyncio.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.5)
+    try:
+        minute = int(r.time()[0]) // 60
+        await history.sample(now_ms=minute * MINUTE_MS)
+        seen.observe(queue, 0.002)
+        r.hincrby(qkey(queue, "stats"), "processed", 1)
+        history.client = dead  # Redis unreachable for this sample
+        with pytest.raises(StoreError):
+            await history.sample(now_ms=minute * MINUTE_MS + 1)
+        seen.observe(queue, 0.002)
+        r.hincrby(qkey(queue, "stats"), "processed", 1)
+        history.client = client
+        await history.sample(now_ms=minute * MINUTE_MS + 2)
+        assert buckets(r, queue)[minute][0] == 2
+        assert timed(r, queue) == 2
+        await history.sample(now_ms=minute * MINUTE_MS + 3)
+        assert buckets(r, queue)[minute][0] == 2
+        assert timed(r, queue) == 2
+    finally:
+        await client.aclose()
+        await dead.aclose()
