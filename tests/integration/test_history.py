@@ -16,11 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import redis
 import redis.asyncio
+from tests.fault_helpers import PoolRunner, http_body, write_app
 from tests.queue_helpers import eventually, new_server, qkey, running, worker
 
 from fencekit import Client, Task
@@ -28,7 +32,9 @@ from fencekit._redis.keys import KeySpace
 from fencekit.errors import StoreError
 from fencekit.queue.histogram import DEFAULT_BUCKETS, DurationHistogram, QueueDurations
 from fencekit.queue.history import HOURS, MINUTES, HistorySampler, read_histories, read_history
+from fencekit.queue.history import INTERVAL as HISTORY_INTERVAL
 from fencekit.runtime.server import Server
+from fencekit.testing import RedisServer, wait_until
 
 MINUTE_MS = 60_000
 HOUR_MS = 3_600_000
@@ -47,6 +53,14 @@ def total(r: redis.Redis, queue: str, index: int, tier: str = "m") -> int:
 def timed(r: redis.Redis, queue: str, tier: str = "m") -> int:
     """Jobs whose duration the buckets hold (the 15 histogram counts)."""
     return sum(sum(values[7:]) for values in buckets(r, queue, tier).values())
+
+
+def enqueue(url: str, tasks: list[Task]) -> None:
+    async def go() -> None:
+        async with Client(url) as client:
+            await client.enqueue_many(tasks)
+
+    asyncio.run(go())
 
 
 def stop_history_loop(server: Server) -> HistorySampler:
@@ -282,3 +296,33 @@ async def test_a_sample_that_fails_books_nothing_and_the_next_one_books_what_it_
     finally:
         await client.aclose()
         await dead.aclose()
+
+
+def test_a_pool_books_its_childrens_jobs_with_their_durations_once(
+    private_redis: RedisServer, tmp_path: Path
+) -> None:
+    """Real processes: two children publish per-queue durations on the board, the supervisor books them."""
+    url = private_redis.url()
+    write_app(tmp_path)
+    pool = PoolRunner(tmp_path, url, "--procs", "2", "--concurrency", "8")
+    r = private_redis.client()
+    try:
+        pool.wait_ready()
+        enqueue(url, [Task("work", "do", {"sleep": 0.002, "incr": False}) for _ in range(300)])
+        enqueue(url, [Task("hold", "hold", {"seconds": 0.02}) for _ in range(20)])
+        wait_until(lambda: total(r, "work", 0) == 300 and timed(r, "work") == 300, 30, what="work booked")
+        wait_until(lambda: total(r, "hold", 0) == 20 and timed(r, "hold") == 20, 30, what="hold booked")
+        counts = [sum(values[7:]) for values in buckets(r, "hold").values()]
+        assert sum(counts) == 20
+        hold_histogram = [sum(c) for c in zip(*(values[7:] for values in buckets(r, "hold").values()))]
+        assert (
+            hold_histogram[DEFAULT_BUCKETS.index(0.025)] + hold_histogram[DEFAULT_BUCKETS.index(0.05)] == 20
+        )
+        time.sleep(HISTORY_INTERVAL + 1)  # another sample: nothing booked twice
+        assert total(r, "work", 0) == 300
+        assert timed(r, "work") == 300
+        body = http_body(f"http://127.0.0.1:{pool.web_port}/admin/api/history?queue=work")
+        assert sum(b["processed"] for b in orjson.loads(body)["buckets"]) == 300
+    finally:
+        r.close()
+        assert pool.stop() == 0

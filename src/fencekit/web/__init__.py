@@ -13,7 +13,10 @@ Routes (relative to where the app is mounted)::
     GET  /live            200 {"status": "ok"}                      the process is up
     GET  /ready           200 {"status": "ok"}                      Redis answers PING
                           503 {"status": "redis unavailable"}       ... within ~0.5 s
-    GET  /admin           dashboard (refreshes itself)
+    GET  /admin           dashboard (refreshes itself), with the last hour's chart
+    GET  /admin/history   charts of ?queue=NAME (default: all) over ?window=1h|24h|48h|90d
+    GET  /admin/api/history  the same numbers as JSON (&per_queue=1: each queue's too)
+    GET  /admin/job       one task's page (?jid=...)
     GET  /admin/purge     confirmation page for purging ?queue=NAME
     POST /admin/purge     purge a queue              (form: queue, csrf, confirm=yes)
     POST /admin/revive    re-enqueue a dead letter   (form: queue, id, csrf)
@@ -41,7 +44,9 @@ Security:
 
 The package, by job: :mod:`~fencekit.web.app` (the app and its handlers),
 :mod:`~fencekit.web.security` (the checks above), :mod:`~fencekit.web.pages`
-(HTML from the Jinja2 templates in ``templates/``, autoescaped),
+(HTML from the Jinja2 templates in ``templates/``, autoescaped; the charts
+drawn as inline SVG by :mod:`~fencekit.web.charts` from what
+:mod:`~fencekit.web.graphs` picks out of the history),
 :mod:`~fencekit.web.metrics` (the Prometheus collector),
 :mod:`~fencekit.web.source` (the one reader of Redis; :mod:`~fencekit.web.views`
 the values it returns) and :mod:`~fencekit.web.serve` (uvicorn in the host's

@@ -21,8 +21,9 @@ from starlette.routing import Route
 
 from fencekit._redis.keys import is_jid, validate_queue
 from fencekit.errors import ConfigError, StoreError
+from fencekit.queue.history import WINDOWS, History
 from fencekit.web.metrics import Metrics
-from fencekit.web.pages import render_confirm, render_dashboard, render_error, render_job
+from fencekit.web.pages import render_confirm, render_dashboard, render_error, render_history, render_job
 from fencekit.web.security import (
     SECURITY_HEADERS,
     Credentials,
@@ -81,6 +82,8 @@ def create_app(
         Route("/admin/purge", guarded(checked_post(admin.purge)), methods=["POST"]),
         Route("/admin/revive", guarded(checked_post(admin.revive)), methods=["POST"]),
         Route("/admin/job", guarded(admin.job_page), methods=["GET"]),
+        Route("/admin/history", guarded(admin.history_page), methods=["GET"]),
+        Route("/admin/api/history", guarded(admin.history_json), methods=["GET"]),
         Route("/admin/cancel", guarded(checked_post(admin.on_task(admin.cancel))), methods=["POST"]),
         Route("/admin/retry", guarded(checked_post(admin.on_task(admin.retry))), methods=["POST"]),
         Route("/admin/run-now", guarded(checked_post(admin.on_task(admin.run_now))), methods=["POST"]),
@@ -192,10 +195,12 @@ class _Admin:
     async def dashboard(self, request: Request) -> Response:
         try:
             snap = await self.source.snapshot()
+            recent, _ = await self.source.history(None, "1h")
         except StoreError as exc:
             return self._redis_down(request, exc)
         body = render_dashboard(
             snap,
+            recent=recent,
             root=_root(request),
             token=self.token,
             refresh=self.refresh,
@@ -231,6 +236,48 @@ class _Admin:
             job, root=_root(request), token=self.token, notice=_notice(request), now=time.time()
         )
         return HTMLResponse(body, headers=SECURITY_HEADERS)
+
+    async def history_page(self, request: Request) -> Response:
+        found = await self._history(request)
+        if isinstance(found, Response):
+            return found
+        queue, window, (history, per_queue) = found
+        try:
+            queues = await self.source.known_queues()
+        except StoreError as exc:
+            return self._redis_down(request, exc)
+        body = render_history(
+            history, per_queue, queue=queue, window=window, queues=queues, root=_root(request)
+        )
+        return HTMLResponse(body, headers=SECURITY_HEADERS)
+
+    async def history_json(self, request: Request) -> Response:
+        found = await self._history(request, json=True)
+        if isinstance(found, Response):
+            return found
+        _, _, (history, per_queue) = found
+        body = history.to_json()
+        if request.query_params.get("per_queue") == "1":
+            body["per_queue"] = {q: h.to_json()["buckets"] for q, h in per_queue.items()}
+        return JSONResponse(body, headers={"Cache-Control": "no-store"})
+
+    async def _history(
+        self, request: Request, *, json: bool = False
+    ) -> Response | tuple[str | None, str, tuple[History, dict[str, History]]]:
+        """The ``?queue=`` (optional) and ``?window=`` (default 1h) of a request, and their history."""
+        fail = _json_error if json else _error
+        queue = request.query_params.get("queue") or None
+        window = request.query_params.get("window", "1h")
+        if window not in WINDOWS:
+            return fail(request, 400, "Bad request", f"window must be one of {', '.join(WINDOWS)}")
+        try:
+            if queue is not None and not await self._known(queue):
+                return fail(request, 404, "Not found", "no such queue")
+            return queue, window, await self.source.history(queue, window)
+        except StoreError as exc:
+            if json:
+                return _json_error(request, 503, "Redis unavailable", str(exc))
+            return self._redis_down(request, exc)
 
     # actions (behind checked_post) -------------------------------------------
     async def cancel(self, request: Request, form: dict[str, str], queue: str, jid: str) -> Response:
@@ -318,6 +365,10 @@ _NOTICES = {
     "run-now": "The scheduled task is at the head of its queue.",
     "run-now-gone": "That task is no longer scheduled (it started, or was cancelled).",
 }
+
+
+def _json_error(request: Request, status: int, title: str, message: str) -> Response:
+    return JSONResponse({"error": title, "detail": message}, status_code=status)
 
 
 def _error(

@@ -1,7 +1,9 @@
 """``/metrics``: the admin source's reading in Prometheus text format.
 
 Counters and gauges per queue, the consumers with a fresh heartbeat, the
-job-duration histogram of this process, its periodic loops (unexpected
+p50/p95 and depth of each queue's newest complete minute of history (over
+every host: what a per-host histogram cannot give), the job-duration
+histogram of this process, its periodic loops (unexpected
 errors survived, alive) and, under a pool, its children.
 ``fencekit_redis_up`` is 0 when Redis did not answer the scrape; the
 histogram and the children, which do not live in Redis, are still reported.
@@ -10,8 +12,8 @@ histogram and the children, which do not live in Redis, are still reported.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -22,6 +24,7 @@ from prometheus_client.core import (
 )
 
 from fencekit.errors import StoreError
+from fencekit.queue.history import HistoryBucket
 from fencekit.web.source import AdminSource, ChildView, DurationHistogram, LoopView, Snapshot
 
 __all__ = ["Collector", "Metrics", "Reading", "read"]
@@ -35,16 +38,19 @@ class Reading:
     children: tuple[ChildView, ...] | None
     durations: DurationHistogram
     loops: tuple[LoopView, ...] = ()
+    last_minute: Mapping[str, HistoryBucket] = field(default_factory=dict)
+    """Per queue, the newest complete minute of its history (every host's jobs)."""
 
 
 async def read(source: AdminSource) -> Reading:
     """Read ``source`` for one scrape, falling back to what lives outside Redis."""
     try:
         snap = await source.snapshot()
+        last_minute = await source.last_minute()
     except StoreError as exc:
         source.logger.warning("metrics: Redis unavailable: %s", exc)
         return Reading(None, source.pool_children(), source.durations, source.loop_health())
-    return Reading(snap, snap.children, snap.durations, source.loop_health())
+    return Reading(snap, snap.children, snap.durations, source.loop_health(), last_minute)
 
 
 _COUNTERS = (
@@ -108,6 +114,7 @@ class Collector:
         yield up
         if snap is not None:
             yield from _queue_metrics(snap)
+            yield from _history_metrics(reading.last_minute)
         yield _histogram(reading.durations)
         if reading.loops:
             yield from _loop_metrics(reading.loops)
@@ -129,6 +136,27 @@ def _queue_metrics(snap: Snapshot) -> Iterator[Metric]:
     consumers = GaugeMetricFamily("fencekit_consumers", "Registered consumers with a fresh heartbeat.")
     consumers.add_metric([], float(sum(1 for c in snap.consumers if c.alive)))
     yield consumers
+
+
+def _history_metrics(last_minute: Mapping[str, HistoryBucket]) -> Iterator[Metric]:
+    quantiles = GaugeMetricFamily(
+        "fencekit_minute_duration_seconds",
+        "Upper bound of the duration bucket holding the quantile of the jobs of the newest complete "
+        "minute, over every host (+Inf above the last bucket).",
+        labels=["queue", "quantile"],
+    )
+    depth = GaugeMetricFamily(
+        "fencekit_minute_depth",
+        "The deepest a queue's pending list was seen in the newest complete minute.",
+        labels=["queue"],
+    )
+    for queue, bucket in sorted(last_minute.items()):
+        for q, value in (("0.5", bucket.p50), ("0.95", bucket.p95)):
+            if value is not None:
+                quantiles.add_metric([queue, q], value)
+        depth.add_metric([queue], float(bucket.depth))
+    yield quantiles
+    yield depth
 
 
 def _histogram(durations: DurationHistogram) -> Metric:

@@ -11,6 +11,7 @@ cell. The formatting helpers below are the templates' filters and globals.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from urllib.parse import quote
 
@@ -18,21 +19,65 @@ import orjson
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
+from fencekit.queue.history import WINDOWS, History
 from fencekit.queue.records import JobInfo
+from fencekit.web.graphs import history_charts, recent_chart
 from fencekit.web.source import DurationHistogram, Snapshot
 
-__all__ = ["render_confirm", "render_dashboard", "render_error", "render_job"]
+__all__ = ["render_confirm", "render_dashboard", "render_error", "render_history", "render_job"]
 
 #: Characters of a dead letter's payload shown in the table.
 PAYLOAD_PREVIEW = 300
 
+#: Seconds between two reloads of the history page (its finest bucket is a minute).
+HISTORY_REFRESH = 60
+
 
 def render_dashboard(
-    snap: Snapshot, *, root: str, token: str, refresh: int, notice: str | None, redis: str | None
+    snap: Snapshot,
+    *,
+    recent: History,
+    root: str,
+    token: str,
+    refresh: int,
+    notice: str | None,
+    redis: str | None,
 ) -> str:
-    """The dashboard of ``snap``; it reloads itself every ``refresh`` seconds."""
+    """The dashboard of ``snap`` and the last hour's chart; it reloads itself every ``refresh`` seconds."""
     return _env.get_template("dashboard.html").render(
-        snap=snap, root=root, token=token, refresh=refresh, notice=notice, redis=redis
+        snap=snap,
+        chart=recent_chart(recent),
+        root=root,
+        token=token,
+        refresh=refresh,
+        notice=notice,
+        redis=redis,
+    )
+
+
+def render_history(
+    history: History,
+    per_queue: Mapping[str, History],
+    *,
+    queue: str | None,
+    window: str,
+    queues: Sequence[str],
+    root: str,
+) -> str:
+    """The history page of ``queue`` (None: all queues) over ``window``; it reloads every minute."""
+    query = f"?window={window}" + (f"&queue={_url_component(queue)}" if queue is not None else "")
+    return _env.get_template("history.html").render(
+        history=history,
+        totals=history.totals(),
+        charts=history_charts(history, per_queue),
+        queue=queue,
+        window=window,
+        windows=list(WINDOWS),
+        queues=queues,
+        root=root,
+        refresh=HISTORY_REFRESH,
+        refresh_url=f"{root}/admin/history{query}",
+        json_url=f"{root}/admin/api/history{query}",
     )
 
 

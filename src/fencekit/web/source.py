@@ -46,6 +46,7 @@ from fencekit.errors import PayloadError, StoreError
 from fencekit.queue import codec
 from fencekit.queue.handle import DeadLetter, Queue, QueueStats, ScheduledTask
 from fencekit.queue.histogram import DurationHistogram
+from fencekit.queue.history import History, HistoryBucket, read_histories
 from fencekit.queue.records import JobInfo
 from fencekit.queue.registry import ConsumerRecord, known_queues
 from fencekit.queue.results import cancel_job, read_job
@@ -327,6 +328,28 @@ class AdminSource:
         per_queue = await asyncio.gather(*(self.queue(q).scheduled(limit) for q in queues))
         merged = sorted((t for tasks in per_queue for t in tasks), key=lambda t: t.due_at)
         return tuple(merged[:limit])
+
+    async def history(
+        self, queue: str | None = None, window: str = "1h"
+    ) -> tuple[History, dict[str, History]]:
+        """The history of ``queue`` (None: every queue shown, summed) over ``window``, and per queue.
+
+        Raises ConfigError for an unknown window, StoreError when Redis fails.
+        """
+        queues = [queue] if queue is not None else await self.known_queues()
+        per_queue = await read_histories(self.redis, self.keys, queues, window)
+        return History.combine(per_queue, window), per_queue
+
+    async def last_minute(self) -> dict[str, HistoryBucket]:
+        """Per queue shown, the newest complete minute's bucket (queues with none are absent)."""
+        _, per_queue = await self.history(None, "1h")
+        out: dict[str, HistoryBucket] = {}
+        for queue, history in per_queue.items():
+            previous = history.end - 2 * history.step  # the current minute is still being booked
+            for bucket in reversed(history.buckets):
+                if bucket.at == previous:
+                    out[queue] = bucket
+        return out
 
     async def job(self, jid: str) -> JobInfo | None:
         """The record of task ``jid`` in any known queue (None: no record)."""

@@ -1,0 +1,102 @@
+"""Which charts the history pages show, made from a :class:`~fencekit.queue.history.History`.
+
+:mod:`fencekit.web.charts` draws; this module decides what is drawn:
+throughput, failures, depth and durations over a window, all queues summed
+or one queue, and (for all queues) the busiest queues side by side. Counts
+are per bucket (per minute, or per hour over 90 days); a bucket nobody
+booked counts 0 tasks, while its depth and durations are unknown (a gap).
+A p95 above the histogram's last bound (60 s) is drawn at that bound.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from markupsafe import Markup
+
+from fencekit.queue.histogram import DEFAULT_BUCKETS
+from fencekit.queue.history import History
+from fencekit.web.charts import Series, time_chart
+
+__all__ = ["BUSIEST", "history_charts", "recent_chart"]
+
+BUSIEST = 8
+"""Queues drawn one line each on the all-queues page (the busiest in the window)."""
+
+
+def _per(history: History) -> str:
+    return "min" if history.step == 60 else "h"
+
+
+def _counts(history: History, field: str) -> list[tuple[float, float | None]]:
+    by_time = {b.at: b for b in history.buckets}
+    return [(at, float(getattr(by_time[at], field)) if at in by_time else 0.0) for at in history.at()]
+
+
+def _sampled(history: History, value: str) -> list[tuple[float, float | None]]:
+    by_time = {b.at: b for b in history.buckets}
+    return [(at, _bounded(getattr(by_time[at], value)) if at in by_time else None) for at in history.at()]
+
+
+def _bounded(value: float | int | None) -> float | None:
+    if value is None:
+        return None
+    return float(DEFAULT_BUCKETS[-1]) if math.isinf(value) else float(value)
+
+
+def _chart(history: History, series: list[Series], title: str, unit: str, kind: str) -> Markup:
+    return time_chart(
+        series, start=history.start, end=history.end, title=title, unit=unit, kind=kind, width=1180
+    )
+
+
+def recent_chart(history: History) -> Markup:
+    """The dashboard's chart: processed and failed per minute over the last hour, all queues."""
+    series = [
+        Series("processed", _counts(history, "processed"), "ok"),
+        Series("failed", _counts(history, "failed"), "bad"),
+    ]
+    return _chart(history, series, "Processed and failed per minute, last hour", "tasks", "bars")
+
+
+def history_charts(history: History, per_queue: Mapping[str, History]) -> list[Markup]:
+    """The history page's charts, top to bottom."""
+    per = _per(history)
+    charts = [
+        _chart(history, [Series("processed", _counts(history, "processed"), "ok")],
+               f"Processed per {per}", "tasks", "bars"),
+        _chart(
+            history,
+            [
+                Series("failed", _counts(history, "failed"), "bad"),
+                Series("dead-lettered", _counts(history, "dead")),
+                Series("retried", _counts(history, "retried"), "warn"),
+                Series("fenced out", _counts(history, "fenced_out")),
+            ],
+            f"Failures per {per}",
+            "tasks",
+            "bars",
+        ),
+    ]  # fmt: skip
+    if len(per_queue) > 1:
+        busiest = sorted(per_queue.items(), key=lambda item: -item[1].totals().processed)[:BUSIEST]
+        lines = [Series(q, _counts(h, "processed")) for q, h in busiest if h.totals().processed]
+        if lines:
+            title = f"Processed per {per}, the {len(lines)} busiest queues"
+            charts.append(_chart(history, lines, title, "tasks", "line"))
+    charts.append(
+        _chart(
+            history, [Series("deepest", _sampled(history, "depth"))], "Queue depth (pending)", "tasks", "line"
+        )
+    )
+    charts.append(
+        _chart(
+            history,
+            [Series("p50", _sampled(history, "p50"), "ok"), Series("p95", _sampled(history, "p95"), "warn")],
+            "Job duration (bucket bounds)",
+            "s",
+            "line",
+        )
+    )
+    return charts
