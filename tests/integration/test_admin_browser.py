@@ -13,6 +13,8 @@ A missing Chromium fails the test with the install command; it never skips.
 from __future__ import annotations
 
 import asyncio
+import logging
+import math
 import os
 import shutil
 import tempfile
@@ -24,8 +26,12 @@ from typing import Any
 
 import orjson
 import pytest
+import redis.asyncio
 
+from fencekit._redis.keys import KeySpace
 from fencekit.queue.client import Client
+from fencekit.queue.histogram import DEFAULT_BUCKETS, DurationHistogram, QueueDurations
+from fencekit.queue.history import HistorySampler
 from fencekit.queue.task import Task
 from fencekit.runtime.server import Server
 from fencekit.web import WebServer, create_app
@@ -303,3 +309,72 @@ async def test_chromium_screenshot_of_the_dashboard(admin_url: str, chromium: st
         target = REPO / "docs" / "admin.png"
         target.parent.mkdir(exist_ok=True)
         shutil.copyfile(shot, target)
+
+
+async def book_a_day(redis_url: str, queue: str) -> int:
+    """A day of minutes booked for ``queue`` (no server samples it), as by a busy host; returns processed."""
+    r = redis.asyncio.Redis.from_url(redis_url)
+    counts = [0] * (len(DEFAULT_BUCKETS) + 1)
+
+    def durations() -> QueueDurations:
+        return QueueDurations({queue: DurationHistogram.from_counts(counts, sum(counts) * 0.04)})
+
+    history = HistorySampler(r, KeySpace(), [queue], logging.getLogger("test.history"), durations)
+    processed = 0
+    try:
+        now_s, _ = await r.time()
+        minute = int(now_s) // 60
+        await history.sample(now_ms=(minute - 1440) * 60_000)
+        for m in range(minute - 1439, minute + 1):
+            wave = 400 + int(300 * math.sin(m / 90)) + (m * 37) % 120
+            processed += wave
+            await r.hincrby(f"fencekit:{{{queue}}}:stats", "processed", wave)
+            await r.hincrby(f"fencekit:{{{queue}}}:stats", "failed", (m % 97 == 0) * 25 + m % 3)
+            for bucket, share in ((3, 0.5), (4, 0.3), (5, 0.15), (7, 0.05)):
+                counts[bucket] += int(wave * share * (1.5 if m % 240 < 30 and bucket == 7 else 1))
+            await history.sample(now_ms=m * 60_000)
+    finally:
+        await r.aclose()
+    return processed
+
+
+async def test_chromium_renders_the_history_charts(
+    admin_url: str, redis_url: str, chromium: str, tmp_path: Path
+) -> None:
+    processed = await book_a_day(redis_url, "thumbnails")
+
+    async def dom_of(path: str) -> DomText:
+        page = DomText()
+        page.feed((await run_chromium(chromium, "--dump-dom", with_credentials(admin_url, path))).decode())
+        return page
+
+    one = await dom_of("/admin/history?window=24h&queue=thumbnails")
+    assert one.tags.count("svg") == 4, one.tags  # processed, failures, depth, durations
+    assert one.tags.count("rect") > 100  # the bars (and legend swatches)
+    assert one.tags.count("path") >= 3  # depth, p50, p95 lines
+    assert f"{processed}" in one.text  # the window's total, in the table
+    assert "Processed per 10 min" in one.text  # 1,440 minutes in 144 bars
+    assert "Job duration" in one.text
+
+    every = await dom_of("/admin/history?window=1h")
+    assert every.tags.count("svg") >= 4
+    assert HOSTILE in every.text  # a queue link, as text
+    assert "img" not in every.tags
+    assert "script" not in every.tags
+
+    dashboard = await dom_of("/admin")
+    assert dashboard.tags.count("svg") == 1
+    assert "Last hour" in dashboard.text
+
+    shot = tmp_path / "history.png"
+    await run_chromium(
+        chromium,
+        f"--screenshot={shot}",
+        "--window-size=1280,1500",
+        with_credentials(admin_url, "/admin/history?window=24h&queue=thumbnails"),
+    )
+    data = shot.read_bytes()
+    assert data.startswith(b"\x89PNG\r\n\x1a\n")
+    assert len(data) > 40_000  # charts, not a blank page
+    if os.environ.get("FENCEKIT_UPDATE_SCREENSHOT") == "1":
+        shutil.copyfile(shot, REPO / "docs" / "history.png")

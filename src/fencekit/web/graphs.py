@@ -25,13 +25,37 @@ BUSIEST = 8
 """Queues drawn one line each on the all-queues page (the busiest in the window)."""
 
 
+WIDTH = 1180
+BARS = 200
+"""At most this many bars per chart: a longer window sums its buckets into wider bars (10 min, 12 h ...)."""
+
+_BINS = (1, 2, 5, 10, 15, 30, 60, 120, 180, 360, 720, 1440)  # in minutes
+
+
+def _bin(history: History) -> int:
+    """How many buckets one bar sums: the smallest round span that keeps the bars under :data:`BARS`."""
+    minutes = len(history.at()) * history.step / 60
+    fits = (b for b in _BINS if b * 60 % history.step == 0 and minutes / b <= BARS)
+    return next(fits, _BINS[-1]) * 60 // history.step
+
+
 def _per(history: History) -> str:
-    return "min" if history.step == 60 else "h"
+    minutes = _bin(history) * history.step // 60
+    if minutes % 60:
+        return "min" if minutes == 1 else f"{minutes} min"
+    return "h" if minutes == 60 else f"{minutes // 60} h"
 
 
 def _counts(history: History, field: str) -> list[tuple[float, float | None]]:
+    """``field`` summed per bar, at each bar's start (a bucket nobody booked counts 0)."""
     by_time = {b.at: b for b in history.buckets}
-    return [(at, float(getattr(by_time[at], field)) if at in by_time else 0.0) for at in history.at()]
+    width = _bin(history) * history.step
+    sums: dict[float, float] = {}
+    for at in history.at():
+        start = max(history.start, at - at % width)  # the first bar may be a part of one
+        bucket = by_time.get(at)
+        sums[start] = sums.get(start, 0.0) + (float(getattr(bucket, field)) if bucket is not None else 0.0)
+    return list(sums.items())
 
 
 def _sampled(history: History, value: str) -> list[tuple[float, float | None]]:
@@ -47,7 +71,7 @@ def _bounded(value: float | int | None) -> float | None:
 
 def _chart(history: History, series: list[Series], title: str, unit: str, kind: str) -> Markup:
     return time_chart(
-        series, start=history.start, end=history.end, title=title, unit=unit, kind=kind, width=1180
+        series, start=history.start, end=history.end, title=title, unit=unit, kind=kind, width=WIDTH
     )
 
 
