@@ -295,7 +295,10 @@ async def test_chromium_without_credentials_gets_no_dashboard(admin_url: str, ch
     assert "processed" not in dom  # Chromium shows nothing of a 401 it cannot answer
 
 
-async def test_chromium_screenshot_of_the_dashboard(admin_url: str, chromium: str, tmp_path: Path) -> None:
+async def test_chromium_screenshot_of_the_dashboard(
+    admin_url: str, redis_url: str, chromium: str, tmp_path: Path
+) -> None:
+    await book_a_day(redis_url, "thumbnails")  # something in the last hour's chart
     shot = tmp_path / "admin.png"
     await run_chromium(
         chromium, f"--screenshot={shot}", "--window-size=1280,900", with_credentials(admin_url, "/admin")
