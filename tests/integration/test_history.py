@@ -326,3 +326,44 @@ def test_a_pool_books_its_childrens_jobs_with_their_durations_once(
     finally:
         r.close()
         assert pool.stop() == 0
+
+
+@pytest.mark.slow
+def test_the_history_script_runs_on_redis_cluster(tmp_path: Path, server_binary: str) -> None:
+    """Each queue's history stays in its queue's slot: samples of three queues on different masters."""
+    from fencekit._redis import scripts
+    from fencekit._redis.run import run
+    from fencekit.testing.cluster import LocalCluster
+
+    keys = KeySpace()
+    with LocalCluster(tmp_path / "cluster", binary=server_binary) as cluster:
+        client = cluster.client()
+        try:
+            nodes = set()
+            for n, queue in enumerate(("emails", "reports", "sms"), start=1):
+                qk = keys.queue(queue)
+                nodes.add(client.get_node_from_key(qk.history_minutes).name)
+
+                def sample(at_ms: int, qk: Any = qk) -> Any:
+                    return run(
+                        client,
+                        scripts.history_sample(
+                            stats=qk.stats, pending=qk.pending, last=qk.history_last,
+                            minutes=qk.history_minutes, hours=qk.history_hours, now_ms=at_ms, back_ms=0,
+                            minute_tier=(MINUTES.step, MINUTES.keep), hour_tier=(HOURS.step, HOURS.keep),
+                            durations=" ".join(["1500", *["0"] * 15]),
+                        ),
+                    )  # fmt: skip
+
+                minute = 29_000_000
+                sample(minute * MINUTE_MS)
+                client.hincrby(qk.stats, "processed", 10 * n)
+                client.rpush(qk.pending, b"x")
+                assert [int(v) for v in sample(minute * MINUTE_MS + 1)] == [10 * n, 1]
+                stored = {int(k): v.split() for k, v in client.hgetall(qk.history_minutes).items()}
+                assert list(stored) == [minute]
+                assert int(stored[minute][0]) == 10 * n
+                assert int(stored[minute][5]) == 1  # the depth
+            assert len(nodes) > 1  # the three queues do not all live on one master
+        finally:
+            client.close()
