@@ -188,3 +188,27 @@ async def test_bad_requests_are_refused_clearly(site: tuple[Server, httpx.AsyncC
     assert (await http.get("/admin/history", params={"queue": "nope"})).status_code == 404
     assert (await http.get("/admin/api/history", params={"queue": "nope"})).status_code == 404
     assert (await http.get("/admin/api/history", params={"queue": "bad name"})).status_code == 404
+
+
+async def test_pages_over_a_redis_without_any_queue(redis_url: str) -> None:
+    """A fresh Redis: no queue registered yet, so nothing to read; the pages still draw empty charts."""
+    from fencekit.web import AdminSource, create_app
+    from fencekit.web.serve import WebServer
+
+    source = AdminSource.from_url(redis_url)
+    web = WebServer(create_app(source), port=0)
+    await web.start()
+    try:
+        async with httpx.AsyncClient(base_url=web.url, timeout=20) as http:
+            for path in ("/admin", "/admin/history", "/admin/history?window=90d"):
+                page = await http.get(path)
+                assert page.status_code == 200, (path, page.text[:500])
+                for chart in svgs(page.text):
+                    check_svg(chart)
+            body = (await http.get("/admin/api/history")).json()
+            assert body["queues"] == []
+            assert body["buckets"] == []
+            assert body["end"] - body["start"] == 3600
+    finally:
+        await web.stop()
+        await source.aclose()

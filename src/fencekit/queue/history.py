@@ -187,9 +187,10 @@ class History:
     @classmethod
     def combine(cls, histories: Mapping[str, History], name: str) -> History:
         """Several queues' histories of one window, summed bucket by bucket."""
-        tier, _ = window(name)
+        tier, count = window(name)
         summed: dict[float, HistoryBucket] = {}
-        start = end = 0.0
+        end = float((int(time.time()) // tier.step + 1) * tier.step)  # no queue: the window to now
+        start = end - count * tier.step
         for history in histories.values():
             start, end = history.start, history.end
             for bucket in history.buckets:
