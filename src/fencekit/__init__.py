@@ -39,6 +39,7 @@ from fencekit.primitives.tokens import BeginOutcome, FenceToken, LockHandle
 from fencekit.queue.client import Client
 from fencekit.queue.enqueue import Enqueued
 from fencekit.queue.handle import DeadLetter, Queue, QueueStats, ScheduledTask
+from fencekit.queue.history import History, HistoryBucket
 from fencekit.queue.job import Job, current_job
 from fencekit.queue.records import JobError, JobInfo, JobStatus, Progress
 from fencekit.queue.task import Task
@@ -71,6 +72,8 @@ __all__ = [  # noqa: RUF022 - grouped by topic
     "Client",
     "DeadLetter",
     "Enqueued",
+    "History",
+    "HistoryBucket",
     "Job",
     "JobError",
     "JobInfo",

@@ -147,6 +147,11 @@ async def test_a_running_server_books_every_job_once_with_its_duration(
         # the loop samples every 5 s on the host clock's grid
         await eventually(lambda: total(r, queue, 0) == 120 and timed(r, queue) == 120, 15, "booked")
         await eventually(lambda: server.services.history.samples >= 2, 10, "a second sample")
+        for window in ("1h", "90d"):
+            read = await client.queue(queue).history(window)  # the public reader
+            assert read.totals().processed == 120
+            assert read.totals().durations is not None
+            assert read.totals().durations.count == 120
     assert total(r, queue, 0) == 120
     assert timed(r, queue) == 120
     assert total(r, queue, 0, "h") == 120

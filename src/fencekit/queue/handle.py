@@ -21,6 +21,7 @@ from fencekit._redis.keys import KeySpace, is_jid, validate_queue
 from fencekit._redis.run import arun, as_text, translated
 from fencekit.errors import ConfigError, PayloadError
 from fencekit.queue import codec
+from fencekit.queue.history import History, read_history
 from fencekit.queue.records import JobInfo, parse
 from fencekit.queue.task import Task
 
@@ -163,6 +164,14 @@ class Queue:
         """The queue's cumulative counters."""
         with translated():
             return QueueStats.from_hash(await self._client.hgetall(self._qk.stats))
+
+    async def history(self, window: str = "1h") -> History:
+        """What each minute of ``window`` saw (``"1h"``, ``"24h"``, ``"48h"``; ``"90d"``: each hour).
+
+        The buckets the ``Server`` or pool supervisor book every few seconds
+        (:mod:`fencekit.queue.history`); ConfigError for another window.
+        """
+        return await read_history(self._client, self._keys, [self.name], window)
 
     async def purge(self) -> int:
         """Drop every waiting task (not scheduled ones, not counters); return how many."""
