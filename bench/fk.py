@@ -94,7 +94,7 @@ class FakeConsumers:
 
     async def __aenter__(self) -> FakeConsumers:
         await self.heartbeat.beat_once()
-        self.task = asyncio.create_task(self.heartbeat.run())
+        self.task = asyncio.create_task(self.heartbeat.loop().run())
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -267,7 +267,7 @@ async def latency(
             return {"error": "pool did not serve within 60 s"}
         await asyncio.sleep(1.5)  # every child up and idle (blocked on its wake key)
         for _ in range(n):
-            await client.enqueue(Task(apps.QUEUE, "lat", {"t": time.time()}))
+            await client.enqueue(Task(apps.QUEUE, "lat", {"t": time.time(), "url": url}))
             await asyncio.sleep(gap)
         _, done, _ = await wait_processed(r, [key], n + 1, 60.0, proc=proc)
         values = [float(x) * 1000 for x in await r.lrange("bench:lat", 0, -1)]
@@ -275,11 +275,13 @@ async def latency(
         stop(proc)
         await client.close()
         await r.aclose()
+    if not values:  # the jobs ran but recorded nothing: say so instead of reporting NaN
+        return {"error": f"no latency samples recorded (see {logdir.name}/latency-*.log)"}
     return {
         "n": len(values),
         "p50_ms": percentile(values, 0.5),
         "p99_ms": percentile(values, 0.99),
-        "max_ms": max(values) if values else None,
-        "procs": procs,
+        "max_ms": max(values),
+        "procs": 1 if server else procs,
         "conc": conc,
     }

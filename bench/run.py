@@ -617,6 +617,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="smaller sizes (CI-like)")
     ap.add_argument("--only", help="comma-separated sections: micro,ceiling,fk,scale,peers")
     ap.add_argument("--peers", help="comma-separated peers (default: all)")
+    ap.add_argument("--no-plots", action="store_true", help="tables only, no PNG charts (bench/plots.py)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     try:
@@ -631,7 +632,28 @@ def main(argv: list[str] | None = None) -> int:
     text = render(out)
     (RESULTS / "latest.md").write_text(text)
     print(text)
+    if not args.no_plots:
+        write_charts(out)
     return 0
+
+
+def write_charts(out: dict[str, Any]) -> None:
+    """The PNG charts beside the tables (``bench/plots.py``); never fails the run."""
+    try:
+        from bench.plots import write_plots
+
+        paths = write_plots(out, RESULTS)
+    except ImportError as exc:
+        if (exc.name or "").split(".")[0] == "matplotlib":
+            log("plots skipped: pip install -e '.[bench]'")
+        else:
+            log(f"plots failed: {exc}")
+        return
+    except Exception as exc:  # the tables and latest.json are written: regenerate with python -m bench.plots
+        log(f"plots failed: {type(exc).__name__}: {exc}")
+        return
+    for path in paths:
+        log(f"chart: {path.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":
