@@ -23,6 +23,7 @@ from tests.queue_helpers import eventually, new_server, qkey, running, worker
 from fencekit import Client, Task
 from fencekit.queue.history import HistorySampler
 from fencekit.runtime.server import Server
+from fencekit.testing import RedisServer
 
 HOSTILE = "<img/src=x/onerror=alert(1)>"
 SVG = "{http://www.w3.org/2000/svg}"
@@ -209,6 +210,33 @@ async def test_pages_over_a_redis_without_any_queue(redis_url: str) -> None:
             assert body["queues"] == []
             assert body["buckets"] == []
             assert body["end"] - body["start"] == 3600
+    finally:
+        await web.stop()
+        await source.aclose()
+
+
+async def test_history_pages_answer_503_while_redis_is_paused(private_redis: RedisServer) -> None:
+    """The history reads are bounded like the dashboard's snapshot: a paused Redis is a 503, not a hang."""
+    from fencekit.web import AdminSource, create_app
+    from fencekit.web.serve import WebServer
+
+    source = AdminSource.from_url(private_redis.url(), snapshot_timeout=0.5)
+    web = WebServer(create_app(source), port=0)
+    await web.start()
+    try:
+        async with httpx.AsyncClient(base_url=web.url, timeout=5) as http:
+            assert (await http.get("/admin/history")).status_code == 200
+            private_redis.pause()
+            try:
+                page = await http.get("/admin/history")
+                assert page.status_code == 503
+                assert "Redis unavailable" in page.text
+                api = await http.get("/admin/api/history")
+                assert api.status_code == 503
+                assert "did not answer within 0.5s" in api.json()["detail"]
+            finally:
+                private_redis.resume()
+            assert (await http.get("/admin/api/history")).status_code == 200
     finally:
         await web.stop()
         await source.aclose()

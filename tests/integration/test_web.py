@@ -298,7 +298,7 @@ async def test_admin_shows_totals_queues_consumers_and_dead_letters(scenario: Sc
     rows = {
         m.group(1): [int(n) for n in re.findall(r"<td class=n>(\d+)</td>", m.group(2))]
         for m in re.finditer(
-            r"<tr><td class=mono>([^<]*)</td>(.*?)</tr>",
+            r"<tr><td class=mono><a href=\"[^\"]*/admin/history\?queue=[^\"]+\">([^<]*)</a></td>(.*?)</tr>",
             page.split("id=queues", 1)[1].split("</section>", 1)[0],
         )
     }

@@ -334,10 +334,18 @@ class AdminSource:
     ) -> tuple[History, dict[str, History]]:
         """The history of ``queue`` (None: every queue shown, summed) over ``window``, and per queue.
 
-        Raises ConfigError for an unknown window, StoreError when Redis fails.
+        Raises ConfigError for an unknown window, StoreError when Redis fails or does not
+        answer within ``snapshot_timeout`` (as :meth:`snapshot`).
         """
-        queues = [queue] if queue is not None else await self.known_queues()
-        per_queue = await read_histories(self.redis, self.keys, queues, window)
+
+        async def read() -> dict[str, History]:
+            queues = [queue] if queue is not None else await self.known_queues()
+            return await read_histories(self.redis, self.keys, queues, window)
+
+        try:
+            per_queue = await asyncio.wait_for(read(), self.snapshot_timeout)
+        except asyncio.TimeoutError:
+            raise StoreError(f"Redis did not answer within {self.snapshot_timeout:g}s") from None
         return History.combine(per_queue, window), per_queue
 
     async def last_minute(self) -> dict[str, HistoryBucket]:
