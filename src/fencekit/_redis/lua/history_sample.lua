@@ -34,7 +34,7 @@ local now = tonumber(ARGV[1]) or now_ms()
 local at = now - tonumber(ARGV[2])
 
 local current = redis.call('HMGET', KEYS[1], unpack(COUNTERS))
-local seen = redis.call('HMGET', KEYS[3], unpack(COUNTERS))
+local seen = redis.call('HMGET', KEYS[3], 'processed', 'failed', 'retried', 'fenced_out', 'dead', 'm', 'h')
 local add = {}
 local booked = false
 local fresh = {}
@@ -51,7 +51,6 @@ for i = 1, #COUNTERS do
   fresh[#fresh + 1] = COUNTERS[i]
   fresh[#fresh + 1] = c
 end
-redis.call('HSET', KEYS[3], unpack(fresh))
 
 local depth = redis.call('LLEN', KEYS[2])
 local durations = {}
@@ -67,9 +66,10 @@ if ARGV[7] ~= '' then
   end
 end
 
-local function book(key, step_s, keep, tier)
+-- Book into tier `key` (buckets of step_s seconds, `keep` of them, newest so far `newest`);
+-- returns the newest bucket after this sample.
+local function book(key, step_s, keep, newest)
   local bucket = math.floor(at / (step_s * 1000))
-  local newest = tonumber(redis.call('HGET', KEYS[3], tier))
   if newest and bucket > newest then
     if bucket - newest >= keep then
       redis.call('DEL', key)
@@ -80,37 +80,38 @@ local function book(key, step_s, keep, tier)
     end
   end
   if newest and bucket <= newest - keep then
-    return -- this host's clock is behind by more than the window: nothing to book into
+    return newest -- a clock behind by more than the window: nothing to book into
   end
-  if not newest or bucket > newest then
-    redis.call('HSET', KEYS[3], tier, bucket)
-  end
-  if not booked and depth == 0 then
-    return
-  end
-  local values = {}
-  local old = redis.call('HGET', key, bucket)
-  if old then
-    for n in string.gmatch(old, '%d+') do
-      values[#values + 1] = tonumber(n)
+  if booked or depth > 0 then
+    local values = {}
+    local old = redis.call('HGET', key, bucket)
+    if old then
+      for n in string.gmatch(old, '%d+') do
+        values[#values + 1] = tonumber(n)
+      end
     end
+    for i = #values + 1, WIDTH do
+      values[i] = 0
+    end
+    for i = 1, #COUNTERS do
+      values[i] = values[i] + add[i]
+    end
+    if depth > values[6] then values[6] = depth end
+    for i = 1, #durations do
+      values[6 + i] = values[6 + i] + durations[i]
+    end
+    for i = 1, WIDTH do
+      values[i] = string.format('%d', values[i])
+    end
+    redis.call('HSET', key, bucket, table.concat(values, ' '))
   end
-  for i = #values + 1, WIDTH do
-    values[i] = 0
-  end
-  for i = 1, #COUNTERS do
-    values[i] = values[i] + add[i]
-  end
-  if depth > values[6] then values[6] = depth end
-  for i = 1, #durations do
-    values[6 + i] = values[6 + i] + durations[i]
-  end
-  for i = 1, WIDTH do
-    values[i] = string.format('%d', values[i])
-  end
-  redis.call('HSET', key, bucket, table.concat(values, ' '))
+  if newest and newest > bucket then return newest end
+  return bucket
 end
 
-book(KEYS[4], tonumber(ARGV[3]), tonumber(ARGV[4]), 'm')
-book(KEYS[5], tonumber(ARGV[5]), tonumber(ARGV[6]), 'h')
+fresh[#fresh + 1] = 'm'
+fresh[#fresh + 1] = book(KEYS[4], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(seen[6]))
+fresh[#fresh + 1] = 'h'
+fresh[#fresh + 1] = book(KEYS[5], tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(seen[7]))
+redis.call('HSET', KEYS[3], unpack(fresh))
 return {add[1], depth}
