@@ -242,7 +242,7 @@ async def test_a_full_history_is_bounded_and_its_bytes_are_as_documented(
             for part in ("history:m", "history:h", "history:last")
         )
         print(f"history bytes, one queue, full windows: {size}")
-        # queue/history.py states "about 0.4 MB" for a queue busy through both windows
+        # queue/history.py and the README state "about 0.3 MB" for a queue busy through both windows
         assert 200_000 < size < 450_000
     finally:
         await client.aclose()
