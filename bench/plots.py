@@ -1,7 +1,7 @@
 """Charts of one ``python -m bench`` run: PNGs beside its tables, drawn with matplotlib.
 
     python -m bench.plots                                   # bench/results/latest.json -> bench/results/
-    python -m bench.plots docs/bench/results-quick.json --out docs/bench
+    python -m bench.plots docs/bench/results.json --out docs/bench
 
 The tables stay the record; a chart shows at a glance what a table of a dozen rows
 makes the reader work out (how far apart the systems are, where the tail is).
