@@ -37,6 +37,7 @@ local current = redis.call('HMGET', KEYS[1], unpack(COUNTERS))
 local seen = redis.call('HMGET', KEYS[3], 'processed', 'failed', 'retried', 'fenced_out', 'dead', 'm', 'h')
 local add = {}
 local booked = false
+local changed = false -- anything to write back into KEYS[3]
 local fresh = {}
 for i = 1, #COUNTERS do
   local c = tonumber(current[i]) or 0
@@ -48,6 +49,7 @@ for i = 1, #COUNTERS do
   end
   add[i] = d
   if d > 0 then booked = true end
+  if c ~= s then changed = true end
   fresh[#fresh + 1] = COUNTERS[i]
   fresh[#fresh + 1] = c
 end
@@ -109,9 +111,13 @@ local function book(key, step_s, keep, newest)
   return bucket
 end
 
-fresh[#fresh + 1] = 'm'
-fresh[#fresh + 1] = book(KEYS[4], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(seen[6]))
-fresh[#fresh + 1] = 'h'
-fresh[#fresh + 1] = book(KEYS[5], tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(seen[7]))
-redis.call('HSET', KEYS[3], unpack(fresh))
+local minute = book(KEYS[4], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(seen[6]))
+local hour = book(KEYS[5], tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(seen[7]))
+if changed or minute ~= tonumber(seen[6]) or hour ~= tonumber(seen[7]) then
+  fresh[#fresh + 1] = 'm'
+  fresh[#fresh + 1] = minute
+  fresh[#fresh + 1] = 'h'
+  fresh[#fresh + 1] = hour
+  redis.call('HSET', KEYS[3], unpack(fresh))
+end
 return {add[1], depth}
