@@ -47,8 +47,8 @@ def pool_argv(
     ]
 
 
-def server_argv(url: str, conc: int) -> list[str]:
-    return [PY, "-m", "bench.fk_server", url, str(conc)]
+def server_argv(url: str, conc: int, level: str = "WARNING") -> list[str]:
+    return [PY, "-m", "bench.fk_server", url, str(conc), level]
 
 
 def quiet_client(url: str, keep_result: float = 0.0) -> Client:
@@ -120,11 +120,13 @@ async def drain(
     timeout: float = 600.0,
     keep_result: float = 0.0,
     task_timeout: float | None = None,
+    level: str = "WARNING",
 ) -> dict[str, Any]:
     """Pre-enqueue ``n`` tasks, start the pool (or a Server), time until the last ack in Redis.
 
     ``keep_result`` > 0 gives every task a record (the default of a ``Client``);
-    ``task_timeout`` sets ``Task(timeout=...)`` on every task.
+    ``task_timeout`` sets ``Task(timeout=...)`` on every task; ``level`` is the
+    pool's (or Server's) log level: at INFO each job logs its start and end lines.
     """
     r = aredis.from_url(url)
     await r.flushall()
@@ -139,13 +141,13 @@ async def drain(
         await fill(client, scheduled, op, None, delay=3600.0)  # retries due later: the scheduler scans them
     keys = [stats_key(q) for q in (queues or [apps.QUEUE])]
     what = "server" if server else f"pool-p{procs}"
-    argv = server_argv(url, conc) if server else pool_argv(url, procs, conc, app)
+    argv = server_argv(url, conc, level) if server else pool_argv(url, procs, conc, app, level)
     fakes = FakeConsumers(r, fake_consumers) if fake_consumers else None
     if fakes:
         await fakes.__aenter__()
     rss: dict[str, Any] = {}
     launched = time.perf_counter()
-    proc = spawn(argv, logdir / f"{what}-{op}-{n}-c{conc}.log")
+    proc = spawn(argv, logdir / f"{what}-{op}-{n}-c{conc}-{level.lower()}.log")
     try:
         if memory:
             first, _, _ = await wait_processed(r, keys, min(20_000, n // 20), timeout, proc=proc)
@@ -168,6 +170,7 @@ async def drain(
         "conc": conc,
         "op": op,
         "server": server,
+        "level": level,
         "fill_s": fill_s,
         "processed": count,
         "exit": code,

@@ -1,6 +1,9 @@
 """Run a fencekit ``Server`` (one process, one loop) on the bench workers.
 
-python -m bench.fk_server REDIS_URL CONCURRENCY
+python -m bench.fk_server REDIS_URL CONCURRENCY [LEVEL]
+
+LEVEL (default WARNING) is the root logging level; at INFO the Server's
+default logging applies (each job's start and end lines on stdout).
 """
 
 from __future__ import annotations
@@ -11,7 +14,9 @@ import sys
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.WARNING)  # no per-task INFO lines
+    level = sys.argv[3] if len(sys.argv) > 3 else "WARNING"
+    if level != "INFO":  # INFO: leave logging unconfigured, as a user's Server would
+        logging.basicConfig(level=level)
     try:
         import uvloop
 
