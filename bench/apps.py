@@ -1,7 +1,12 @@
 """Workers the end-to-end benchmarks run (``python -m fencekit.pool bench.apps:APP``).
 
-- ``noop``: every operation of queue ``bench`` (``noop``, ``fenced``, ``result``, ``sleep``, ``lat``);
-- ``many_queues``: a ``noop`` worker on each of the queues ``q000`` .. ``q099``.
+- ``noop``: every operation of queue ``bench`` (``noop``, ``fenced``, ``fenced_result``,
+  ``result``, ``sleep``, ``lat``);
+- ``many_queues``: a ``noop`` worker on each of the queues ``q000`` .. ``q099``;
+  ``many_queues_10``, ``many_queues_100``, ``many_queues_1000``: the same on the first
+  10, 100 or 1000 of ``q000`` .. ``q999`` (:func:`queue_names`);
+- ``many_ops_1``, ``many_ops_10``, ``many_ops_100``: 1, 10 or 100 no-op worker classes
+  on queue ``bench``, operations ``op000`` .. ``op099`` (:func:`op_names`).
 
 ``lat`` records ``time.time()`` at start minus the enqueue time carried in
 ``params["t"]``, pushed to the Redis list ``bench:lat`` (after the timestamp
@@ -12,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio as aredis
@@ -19,7 +25,23 @@ import redis.asyncio as aredis
 from fencekit.queue.job import current_job
 
 QUEUE = "bench"
-MANY = [f"q{i:03d}" for i in range(100)]
+
+
+def queue_names(count: int) -> list[str]:
+    """``q000`` .. : the queues of ``many_queues_<count>`` (at most 1000)."""
+    if not 0 < count <= 1000:
+        raise ValueError(f"1 to 1000 queues, not {count}")
+    return [f"q{i:03d}" for i in range(count)]
+
+
+def op_names(count: int) -> list[str]:
+    """``op000`` .. : the operations of ``many_ops_<count>`` on queue ``bench`` (at most 1000)."""
+    if not 0 < count <= 1000:
+        raise ValueError(f"1 to 1000 operations, not {count}")
+    return [f"op{i:03d}" for i in range(count)]
+
+
+MANY = queue_names(100)
 
 
 class Noop:
@@ -40,6 +62,19 @@ class Fenced:
     @classmethod
     async def perform(cls, payload: dict[str, Any]) -> None:
         await current_job().set_if_fresh(f"bench:out:{payload.get('i', 0) % 1024}", payload.get("i", 0))
+
+
+class FencedResult:
+    """One fenced write, then a small result (kept in the task's record when it has one)."""
+
+    queue = QUEUE
+    operation = "fenced_result"
+
+    @classmethod
+    async def perform(cls, payload: dict[str, Any]) -> dict[str, Any]:
+        i = payload.get("i", 0)
+        await current_job().set_if_fresh(f"bench:out:{i % 1024}", i)
+        return {"ok": True, "i": i}
 
 
 class Result:
@@ -85,12 +120,38 @@ def _redis(url: str) -> aredis.Redis:
     return client
 
 
-noop = [Noop, Fenced, Result, Sleep, Latency]
+noop = [Noop, Fenced, FencedResult, Result, Sleep, Latency]
 
 
-def _noop_on(queue: str) -> type:
-    return type(f"Noop_{queue}", (Noop,), {"queue": queue, "operation": "noop"})
+def _noop_on(queue: str, operation: str = "noop") -> type:
+    return type(f"Noop_{queue}_{operation}", (Noop,), {"queue": queue, "operation": operation})
 
 
 def many_queues() -> list[type]:
     return [_noop_on(q) for q in MANY]
+
+
+def _queues_app(count: int) -> Callable[[], list[type]]:
+    def app() -> list[type]:
+        return [_noop_on(q) for q in queue_names(count)]
+
+    app.__name__ = app.__qualname__ = f"many_queues_{count}"
+    app.__doc__ = f"A no-op worker on each of the {count} queues of ``queue_names({count})``."
+    return app
+
+
+def _ops_app(count: int) -> Callable[[], list[type]]:
+    def app() -> list[type]:
+        return [_noop_on(QUEUE, op) for op in op_names(count)]
+
+    app.__name__ = app.__qualname__ = f"many_ops_{count}"
+    app.__doc__ = f"{count} no-op worker classes on queue ``bench``: ``op_names({count})``."
+    return app
+
+
+many_queues_10 = _queues_app(10)
+many_queues_100 = _queues_app(100)
+many_queues_1000 = _queues_app(1000)
+many_ops_1 = _ops_app(1)
+many_ops_10 = _ops_app(10)
+many_ops_100 = _ops_app(100)

@@ -1,5 +1,5 @@
 # ruff: noqa: RUF059
-"""fencekit's end-to-end scenarios: drain, work, enqueue, latency, scale, memory, start-up."""
+"""fencekit's end-to-end scenarios: drain, work, enqueue, producers, latency, scale, memory, start-up."""
 
 from __future__ import annotations
 
@@ -66,13 +66,16 @@ async def fill(
     delay: float | None = None,
     batch: int = 10_000,
     task_timeout: float | None = None,
+    ops: list[str] | None = None,
 ) -> float:
-    """Enqueue ``n`` tasks with ``enqueue_many`` (round-robin over ``queues``); returns seconds."""
+    """Enqueue ``n`` tasks with ``enqueue_many`` (round-robin over ``queues`` and over
+    ``ops``, else every task is ``op``); returns seconds."""
     queues = queues or [apps.QUEUE]
+    ops = ops or [op]
     started = time.perf_counter()
     for start in range(0, n, batch):
         tasks = [
-            Task(queues[i % len(queues)], op, {"i": i}, timeout=task_timeout)
+            Task(queues[i % len(queues)], ops[i % len(ops)], {"i": i}, timeout=task_timeout)
             for i in range(start, min(n, start + batch))
         ]
         await client.enqueue_many(tasks, delay=delay)
@@ -121,12 +124,15 @@ async def drain(
     keep_result: float = 0.0,
     task_timeout: float | None = None,
     level: str = "WARNING",
+    ops: list[str] | None = None,
 ) -> dict[str, Any]:
     """Pre-enqueue ``n`` tasks, start the pool (or a Server), time until the last ack in Redis.
 
     ``keep_result`` > 0 gives every task a record (the default of a ``Client``);
     ``task_timeout`` sets ``Task(timeout=...)`` on every task; ``level`` is the
-    pool's (or Server's) log level: at INFO each job logs its start and end lines.
+    pool's (or Server's) log level: at INFO each job logs its start and end lines;
+    ``ops`` spreads the tasks round-robin over these operations (``app`` must
+    register them) instead of all being ``op``.
     """
     r = aredis.from_url(url)
     await r.flushall()
@@ -134,7 +140,7 @@ async def drain(
     if memory:
         store["empty"] = await _redis_memory(r)
     client = quiet_client(url, keep_result)
-    fill_s = await fill(client, n, op, queues, task_timeout=task_timeout)
+    fill_s = await fill(client, n, op, queues, task_timeout=task_timeout, ops=ops)
     if memory:
         store["filled"] = await _redis_memory(r)
     if scheduled:
@@ -147,7 +153,8 @@ async def drain(
         await fakes.__aenter__()
     rss: dict[str, Any] = {}
     launched = time.perf_counter()
-    proc = spawn(argv, logdir / f"{what}-{op}-{n}-c{conc}-{level.lower()}.log")
+    tag = "" if app == "bench.apps:noop" or server else "-" + app.rpartition(":")[2]
+    proc = spawn(argv, logdir / f"{what}{tag}-{op}-{n}-c{conc}-{level.lower()}.log")
     try:
         if memory:
             first, _, _ = await wait_processed(r, keys, min(20_000, n // 20), timeout, proc=proc)
@@ -170,11 +177,18 @@ async def drain(
         "conc": conc,
         "op": op,
         "server": server,
+        "keep_result": keep_result,
         "level": level,
         "fill_s": fill_s,
         "processed": count,
         "exit": code,
     }
+    if app != "bench.apps:noop":
+        result["app"] = app
+    if ops:
+        result["ops"] = len(ops)
+    if queues:
+        result["queues"] = len(queues)
     if first is None or done is None:
         result["error"] = f"only {count}/{n} processed within {timeout:.0f}s (exit {code})"
         return result
@@ -244,6 +258,49 @@ async def enqueue(url: str, n_single: int, n_bulk: int, batch: int = 1000) -> di
         await client.close()
         await r.aclose()
     return {"single": single, "bulk": bulk, "n_single": n_single, "n_bulk": n_bulk, "batch": batch}
+
+
+async def producers(url: str, n: int, producers: int = 64, warm: int = 50) -> dict[str, Any]:
+    """``producers`` asyncio tasks sharing one ``Client``, each awaiting one ``enqueue`` at a
+    time until ``n`` tasks are enqueued in all (what the handlers of one web process do).
+
+    The pending list must then hold exactly ``n`` tasks; otherwise the row is an error.
+    """
+    r = aredis.from_url(url)
+    await r.flushall()
+    client = quiet_client(url)
+    pending_key = KEYS.queue(apps.QUEUE).pending
+    try:
+        for i in range(warm):  # connection, script load, queue registration
+            await client.enqueue(Task(apps.QUEUE, "noop", {"i": i}))
+        await r.delete(pending_key)
+        next_i = 0
+
+        async def producer() -> None:
+            nonlocal next_i
+            while next_i < n:
+                i = next_i
+                next_i += 1
+                await client.enqueue(Task(apps.QUEUE, "noop", {"i": i}))
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(producer() for _ in range(producers)))
+        elapsed = time.perf_counter() - t0
+        pending = int(await r.llen(pending_key))
+    finally:
+        await client.close()
+        await r.aclose()
+    result: dict[str, Any] = {
+        "n": n,
+        "producers": producers,
+        "rate": n / elapsed,
+        "elapsed_s": elapsed,
+        "pending": pending,
+        "how": f"one Client, {producers} asyncio tasks",
+    }
+    if pending != n:
+        result["error"] = f"pending list holds {pending} tasks, not {n}"
+    return result
 
 
 async def latency(

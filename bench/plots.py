@@ -24,8 +24,9 @@ and writes up to four files:
     ``"fenced"``, kept for its Redis memory) is left out.
 ``cases.png``
     fencekit's own cases: the best no-op drain per process count (``fk.drain``) and
-    of the Server (``fk.server``), ``fk.fenced``, ``fk.sleep``, and the drain at
-    INFO logging next to the same drain at WARNING when the results hold one. The
+    of the Server (``fk.server``), ``fk.fenced``, ``fk.fenced_result``, ``fk.sleep``,
+    and the drain at INFO logging next to the same drain at WARNING when the results
+    hold one. The
     INFO rows are looked for in ``fk.logging``, ``fk.drain_info`` and
     ``fk.server_info`` (a row or a list of rows, as :func:`bench.fk.drain` returns
     them) and among the rows of ``fk.drain`` / ``fk.server`` whose ``level`` or
@@ -502,6 +503,8 @@ def _cases(results: dict[str, Any]) -> Figure | None:
         bars.append((f"no-op, {_runner(row)}", "Server", row))
     for row in _rows(fk.get("fenced")):
         bars.append((f"one fenced write, {_runner(row)}", "fenced", row))
+    for row in _rows(fk.get("fenced_result")):
+        bars.append((f"fenced write + result kept, {_runner(row)}", "fenced", row))
     for row in _rows(fk.get("sleep")):
         bars.append((f"asyncio.sleep(0.001), {_runner(row)}", "sleep", row))
     logged = _logging_rows(fk)

@@ -9,7 +9,7 @@
 Prints Markdown tables and writes ``bench/results/latest.json`` and ``latest.md``.
 Peers run in their own virtualenvs under ``bench/.venvs`` (made on first use, see
 ``bench/peers/venvs.py``); a peer that cannot install or run is reported with the
-reason. Nothing here asserts on speed: the targets (T1-T6 of the benchmark issue)
+reason. Nothing here asserts on speed: the targets (T1-T11 of the benchmark issues)
 are reported as met or missed.
 """
 
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import ceiling, fk
+from bench import apps, ceiling, fk
 from bench.common import PY, ROOT, machine_line
 from bench.peers import venvs
 
@@ -49,7 +49,10 @@ SIZES = {
         sleep_concs=(1, 16, 128, 512),
         scheduled=10_000,
         consumers=50,
-        queues=100,
+        queue_counts=(10, 100, 1000),
+        op_counts=(1, 10, 100),
+        n_producers=20_000,
+        producers=64,
     ),
     "quick": dict(
         n_drain=50_000,
@@ -67,7 +70,10 @@ SIZES = {
         sleep_concs=(16, 512),
         scheduled=10_000,
         consumers=50,
-        queues=100,
+        queue_counts=(10, 100, 1000),
+        op_counts=(1, 10, 100),
+        n_producers=5_000,
+        producers=64,
     ),
 }
 
@@ -134,11 +140,31 @@ async def run_fk(url: str, logdir: Path, s: dict[str, Any], out: dict[str, Any])
         r = await fk.drain(url, logdir, n=s["n_drain"], conc=c, server=True)
         res["server"].append(r)
         log(f"fk Server c{c}: {r.get('rate', r.get('error'))}")
+    # the same no-op drains at the pool's (and the Server's) default log level: a start and an
+    # end line per job; their WARNING twins are the rows above at the same concurrency
+    res["drain_info"], res["server_info"] = [], []
+    for p in (1, 2):
+        c = best_conc(res["drain"], p)
+        r = await fk.drain(url, logdir, n=s["n_drain"], procs=p, conc=c, level="INFO")
+        res["drain_info"].append(r)
+        log(f"fk drain INFO p{p} c{c}: {r.get('rate', r.get('error'))}")
+    c = best_conc(res["server"], 1)
+    r = await fk.drain(url, logdir, n=s["n_drain"], conc=c, server=True, level="INFO")
+    res["server_info"].append(r)
+    log(f"fk Server INFO c{c}: {r.get('rate', r.get('error'))}")
     best = best_conc(res["drain"], 2)
     for p in (1, 2):
         r = await fk.drain(url, logdir, n=s["n_fenced"], procs=p, conc=best, op="fenced")
         res["fenced"].append(r)
         log(f"fk fenced p{p} c{best}: {r.get('rate', r.get('error'))}")
+    # a fenced write and a small result kept in the task's record (written by the ack)
+    res["fenced_result"] = []
+    for p in (1, 2):
+        r = await fk.drain(
+            url, logdir, n=s["n_fenced"], procs=p, conc=best, op="fenced_result", keep_result=60
+        )
+        res["fenced_result"].append(r)
+        log(f"fk fenced_result p{p} c{best}: {r.get('rate', r.get('error'))}")
     for c in s["sleep_concs"]:
         r = await fk.drain(url, logdir, n=s["n_sleep"], procs=2, conc=c, op="sleep")
         res["sleep"].append(r)
@@ -150,6 +176,8 @@ async def run_fk(url: str, logdir: Path, s: dict[str, Any], out: dict[str, Any])
         log(f"fk drain same-N p{p}: {r.get('rate', r.get('error'))}")
     res["enqueue"] = await fk.enqueue(url, s["enq_single"], s["enq_bulk"])
     log(f"fk enqueue: {res['enqueue']}")
+    res["producers"] = await fk.producers(url, s["n_producers"], s["producers"])
+    log(f"fk producers: {res['producers'].get('rate', res['producers'].get('error'))}")
     res["latency"] = await fk.latency(url, logdir, n=s["lat_n"], procs=2, conc=16)
     log(f"fk latency pool: {res['latency']}")
     res["latency_server"] = await fk.latency(url, logdir, n=s["lat_n"], conc=16, server=True)
@@ -165,20 +193,33 @@ async def run_scale(url: str, logdir: Path, s: dict[str, Any], out: dict[str, An
         ("small", dict(n=n)),
         (f"{s['n_scale']:,} pending", dict(n=s["n_scale"], memory=True, timeout=900)),
         (f"{s['scheduled']:,} scheduled retries", dict(n=n, scheduled=s["scheduled"])),
-        (
-            f"{s['queues']} queues, one pool",
-            dict(n=n, app="bench.apps:many_queues", queues=[f"q{i:03d}" for i in range(s["queues"])]),
+        *(
+            (
+                f"{q} queues, one pool",
+                dict(n=n, app=f"bench.apps:many_queues_{q}", queues=apps.queue_names(q)),
+            )
+            for q in s["queue_counts"]
         ),
         (f"{s['consumers']} consumers registered", dict(n=n, fake_consumers=s["consumers"] - 2)),
+        *(
+            (
+                f"{k} worker class{'es' if k > 1 else ''} on the queue",
+                dict(n=n, app=f"bench.apps:many_ops_{k}", ops=apps.op_names(k)),
+            )
+            for k in s["op_counts"]
+        ),
     ]
     for name, kw in cases:
         r = await fk.drain(url, logdir, procs=2, conc=conc, **kw)
         res[name] = r
         log(f"scale {name}: {r.get('rate', r.get('error'))}")
     small = res["small"].get("rate")
-    for name, _ in cases:
+    for name, kw in cases:
         rate = res[name].get("rate")
         res[name]["cost_ratio"] = small / rate if small and rate else None
+        # the queue and worker-class sweeps are reported beside T6, not in it (T6 had 100 queues)
+        if kw.get("ops") or (kw.get("queues") and len(kw["queues"]) != 100):
+            res[name]["sweep"] = True
     # Not a scale case (a fenced write costs more than a no-op): the Redis keys N fenced jobs leave.
     name = f"{n:,} fenced jobs"
     res[name] = await fk.drain(url, logdir, procs=2, conc=conc, n=n, op="fenced", memory=True)
@@ -220,6 +261,10 @@ def run_peers(url: str, logdir: Path, s: dict[str, Any], out: dict[str, Any], pe
             )
         entry["enqueue"] = one("enqueue", "--n", str(s["peer_enq"]), "--n-bulk", str(s["peer_bulk"]))
         entry["latency"] = one("latency", "--n", str(s["peer_lat"]), "--procs", "2")
+        entry["producers"] = one(
+            "producers", "--n", str(s["n_producers"]), "--producers", str(s["producers"])
+        )
+        log(f"peer {peer} producers: {entry['producers'].get('rate', entry['producers'].get('error'))}")
         entry["settings"] = entry["drain_p1"].get("settings") or entry["enqueue"].get("settings")
         log(f"peer {peer}: enqueue {entry['enqueue'].get('single')} latency {entry['latency'].get('p50_ms')}")
 
@@ -249,6 +294,128 @@ def table(head: list[str], rows: list[list[str]]) -> list[str]:
         "| " + " | ".join(head) + " |",
         "|" + "---|" * len(head),
         *("| " + " | ".join(r) + " |" for r in rows),
+    ]
+
+
+def x2(a: Any, b: Any) -> str:
+    return f"×{a / b:.2f}" if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b else "—"
+
+
+def runner_name(r: dict[str, Any]) -> str:
+    return "Server (1 process)" if r.get("server") else f"pool --procs {r.get('procs')}"
+
+
+def noop_twin(fkr: dict[str, Any], r: dict[str, Any]) -> dict[str, Any]:
+    """The no-op drain with the runner, procs, concurrency and log level of row ``r``."""
+    info = r.get("level") == "INFO"
+    if r.get("server"):
+        rows = fkr.get("server_info" if info else "server", [])
+    else:
+        rows = fkr.get("drain_info" if info else "drain", [])
+    return next(
+        (
+            t
+            for t in rows
+            if t.get("conc") == r.get("conc") and (r.get("server") or t.get("procs") == r.get("procs"))
+        ),
+        {},
+    )
+
+
+def logging_table(fkr: dict[str, Any]) -> list[str]:
+    """Each INFO drain beside the WARNING drain of the same runner and concurrency."""
+    info = fkr.get("drain_info", []) + fkr.get("server_info", [])
+    if not info:
+        return []
+    rows = []
+    for r in info:
+        twin = noop_twin(fkr, {**r, "level": "WARNING"})
+        rows.append(
+            [
+                runner_name(r),
+                str(r.get("conc")),
+                f0(r.get("n")),
+                f0(r.get("rate")) if r.get("rate") else r.get("error", "—"),
+                f0(twin.get("rate")),
+                x2(r.get("rate"), twin.get("rate")),
+            ]
+        )
+    return [
+        "",
+        "### Default logging (INFO) vs WARNING (fencekit, no-op drain)",
+        "",
+        *table(["runner", "concurrency", "N", "INFO jobs/s", "WARNING jobs/s", "INFO ÷ WARNING"], rows),
+    ]
+
+
+def server_table(fkr: dict[str, Any]) -> list[str]:
+    """The one-process Server beside ``--procs 1`` at the same concurrency (and log level)."""
+    pairs = [(r, noop_twin(fkr, {**r, "server": False, "procs": 1})) for r in fkr.get("server", [])]
+    pairs += [(r, noop_twin(fkr, {**r, "server": False, "procs": 1})) for r in fkr.get("server_info", [])]
+    pairs = [(a, b) for a, b in pairs if b]
+    if not pairs:
+        return []
+    rows = [
+        [
+            str(a.get("conc")),
+            a.get("level", "WARNING"),
+            f0(a.get("n")),
+            f0(a.get("rate")) if a.get("rate") else a.get("error", "—"),
+            f0(b.get("rate")) if b.get("rate") else b.get("error", "—"),
+            x2(a.get("rate"), b.get("rate")),
+        ]
+        for a, b in pairs
+    ]
+    return [
+        "",
+        "### Server (1 process) vs pool --procs 1 (no-op drain, same concurrency)",
+        "",
+        *table(
+            ["concurrency", "log level", "N", "Server jobs/s", "pool --procs 1 jobs/s", "Server ÷ pool"], rows
+        ),
+    ]
+
+
+def producers_table(fkr: dict[str, Any], peers: dict[str, Any]) -> list[str]:
+    """Concurrent producers on one client: fencekit and each peer, with fencekit ÷ peer."""
+    mine = fkr.get("producers", {})
+    theirs = {n: p.get("producers", {}) for n, p in peers.items() if p.get("producers") or p.get("error")}
+    if not mine and not theirs:
+        return []
+    k = mine.get("producers") or next((v.get("producers") for v in theirs.values() if v.get("producers")), 64)
+    rows = [
+        [
+            "**fencekit**",
+            f0(mine.get("n")),
+            f0(mine.get("rate")) if mine.get("rate") else mine.get("error", "not in this run (section fk)"),
+            "×1.0" if mine.get("rate") else "—",
+            f0(fkr.get("enqueue", {}).get("single")),
+            mine.get("how", "—") + (f"; error: {mine['error']}" if mine.get("error") else ""),
+        ]
+    ]
+    for name, v in theirs.items():
+        p = peers[name]
+        if p.get("error") and not v:
+            rows.append([name, "—", f"**not run**: {p['error']}", "—", "—", "—"])
+            continue
+        rows.append(
+            [
+                f"{name} ({p.get('versions')})",
+                f0(v.get("n")),
+                f0(v.get("rate")) if v.get("rate") else f"error: {v.get('error', '—')}",
+                ratio(mine.get("rate"), v.get("rate")),
+                f0(p.get("enqueue", {}).get("single")),
+                v.get("how", "—"),
+            ]
+        )
+    return [
+        "",
+        f"### {k} concurrent producers on one client (each awaits one enqueue at a time)",
+        "",
+        *table(
+            ["system", "N", "jobs/s", "fencekit ÷ peer", "one producer (single enqueue/s)", "how"],
+            rows,
+        ),
     ]
 
 
@@ -290,22 +457,39 @@ def render(out: dict[str, Any]) -> str:
             ["runner", "concurrency", "N", "jobs/s", "launch → first ack s", "start-up to 'pool ready' s"],
             rows,
         )
+        L += logging_table(fkr)
+        L += server_table(fkr)
         L += ["", "### With work (fencekit pool)", ""]
+        work = [
+            ("one fenced write (`set_if_fresh`)", "fenced"),
+            ("one fenced write + a small result kept in the record (`keep_result=60`)", "fenced_result"),
+            ("`asyncio.sleep(0.001)`", "sleep"),
+        ]
         rows = [
             [
-                "one fenced write (`set_if_fresh`)",
+                label,
                 str(r["procs"]),
                 str(r["conc"]),
+                r.get("level", "WARNING"),
                 f0(r["n"]),
-                f0(r.get("rate")),
+                f0(r.get("rate")) if r.get("rate") else r.get("error", "—"),
+                x2(r.get("rate"), noop_twin(fkr, r).get("rate")),
             ]
-            for r in fkr.get("fenced", [])
+            for label, key in work
+            for r in fkr.get(key, [])
         ]
-        rows += [
-            ["`asyncio.sleep(0.001)`", str(r["procs"]), str(r["conc"]), f0(r["n"]), f0(r.get("rate"))]
-            for r in fkr.get("sleep", [])
-        ]
-        L += table(["job", "procs", "concurrency", "N", "jobs/s"], rows)
+        L += table(
+            [
+                "job",
+                "procs",
+                "concurrency",
+                "log level",
+                "N",
+                "jobs/s",
+                "÷ no-op drain (same procs, -c, level)",
+            ],
+            rows,
+        )
         e, lat, lats = fkr.get("enqueue", {}), fkr.get("latency", {}), fkr.get("latency_server", {})
         L += ["", "### Enqueue and idle latency (fencekit)", ""]
         L += table(
@@ -326,6 +510,7 @@ def render(out: dict[str, Any]) -> str:
                 ],
             ],
         )
+    L += producers_table(fkr, peers)
     if peers or fkr.get("same_n"):
         same = {r["procs"]: r for r in fkr.get("same_n", [])}
         fk2 = same.get(2, {}).get("rate")
@@ -556,8 +741,17 @@ def targets(out: dict[str, Any]) -> dict[str, Any]:
         }
     sc = out.get("scale")
     if sc:
-        ratios = {k: v.get("cost_ratio") for k, v in sc.items() if isinstance(v, dict) and k != "small"}
+        ratios = {
+            k: v.get("cost_ratio")
+            for k, v in sc.items()
+            if isinstance(v, dict) and k != "small" and not v.get("sweep")
+        }
         worst = max((v for v in ratios.values() if v), default=None)
+        swept = {
+            k: v["cost_ratio"]
+            for k, v in sc.items()
+            if isinstance(v, dict) and v.get("sweep") and v.get("cost_ratio")
+        }
         big = next((r for r in sc.values() if isinstance(r, dict) and r.get("rss")), None)
         growth = ""
         grew = False
@@ -570,10 +764,71 @@ def targets(out: dict[str, Any]) -> dict[str, Any]:
                     f"; RSS growth supervisor {dsup:+,} KiB, children {', '.join(f'{d:+,}' for d in dch)} KiB"
                 )
                 grew = max([dsup, *dch]) > 0.1 * max([a["supervisor"], *a.get("children", [1])])
+        top_sweep = max(swept, key=swept.get) if swept else None
         T["T6"] = {
             "goal": "cost per job within 15 % at scale; no memory growth",
-            "measured": "worst ratio " + (f"{worst:.2f}" if worst else "—") + growth,
+            "measured": "worst ratio "
+            + (f"{worst:.2f}" if worst else "—")
+            + growth
+            + (
+                f"; not in the goal: the sweeps' worst {top_sweep} {swept[top_sweep]:.2f}"
+                if top_sweep
+                else ""
+            ),
             "verdict": "met" if worst and worst <= 1.15 and not grew else "missed",
+        }
+    # issue 18: logging, work, concurrent producers, and the peers of the same run
+    info2 = next((r for r in fkr.get("drain_info", []) if r.get("procs") == 2), {})
+    warn2 = noop_twin(fkr, {**info2, "level": "WARNING"}) if info2 else {}
+    if info2.get("rate") and warn2.get("rate"):
+        x = info2["rate"] / warn2["rate"]
+        T["T7"] = {
+            "goal": "drain at the default logging (INFO) ≥ 85 % of the WARNING drain (P=2)",
+            "measured": f"{f0(info2['rate'])} vs {f0(warn2['rate'])} jobs/s at -c {info2['conc']}: {x * 100:.0f} %",
+            "verdict": "met" if x >= 0.85 else "missed",
+        }
+    fenced2 = next((r for r in fkr.get("fenced", []) if r.get("procs") == 2), {})
+    twin = noop_twin(fkr, fenced2) if fenced2 else {}
+    if fenced2.get("rate") and twin.get("rate"):
+        x = fenced2["rate"] / twin["rate"]
+        T["T8"] = {
+            "goal": "one fenced write per job ≥ 50 % of the no-op drain at the same log level (P=2)",
+            "measured": f"{f0(fenced2['rate'])} vs {f0(twin['rate'])} jobs/s ({fenced2.get('level', 'WARNING')}, "
+            f"-c {fenced2['conc']}): {x * 100:.0f} %",
+            "verdict": "met" if x >= 0.5 else "missed",
+        }
+    mine = fkr.get("producers", {}).get("rate")
+    theirs = {
+        n: p.get("producers", {}).get("rate") for n, p in peers.items() if p.get("producers", {}).get("rate")
+    }
+    if mine and theirs:
+        top = max(theirs, key=theirs.get)
+        x = mine / theirs[top]
+        k = fkr["producers"].get("producers", 64)
+        T["T9"] = {
+            "goal": f"{k} concurrent producers on one Client ≥ 5× the fastest peer's",
+            "measured": f"{f0(mine)} vs {top} {f0(theirs[top])} jobs/s: ×{x:.1f}",
+            "verdict": "met" if x >= 5 else "missed",
+        }
+    p99s = {
+        n: p.get("latency", {}).get("p99_ms")
+        for n, p in peers.items()
+        if p.get("latency", {}).get("p99_ms") is not None and not p.get("latency", {}).get("error")
+    }
+    if lat.get("p99_ms") is not None and p99s:
+        top = min(p99s, key=p99s.get)
+        T["T10"] = {
+            "goal": "idle latency p99 at or below the best peer's (same run)",
+            "measured": f"p99 {f2(lat['p99_ms'])} ms vs {top} {f2(p99s[top])} ms",
+            "verdict": "met" if lat["p99_ms"] <= p99s[top] else "missed",
+        }
+    if fk2 and peer_rates:
+        top = max(peer_rates, key=peer_rates.get)
+        x = fk2 / peer_rates[top]
+        T["T11"] = {
+            "goal": "no-op drain P=2 ≥ 8× the fastest peer (same run, same N)",
+            "measured": f"{f0(fk2)} vs {top} {f0(peer_rates[top])}: ×{x:.1f}",
+            "verdict": "met" if x >= 8 else "missed",
         }
     return T
 

@@ -4,7 +4,10 @@
 
 Scenarios: ``drain`` (N jobs pre-enqueued, P worker processes, timed from job 0's
 start to job N-1's), ``enqueue`` (one at a time, and the peer's bulk API where it has
-one), ``latency`` (idle workers, N jobs 2 ms apart, enqueue -> start p50/p99).
+one), ``latency`` (idle workers, N jobs 2 ms apart, enqueue -> start p50/p99),
+``producers`` (``--producers`` concurrent producers sharing the driver's one
+``Producer``, each enqueueing one job at a time until N are enqueued in all: asyncio
+tasks for an async peer, threads for a sync one; no workers run).
 Every wait is bounded; the workers are stopped (SIGTERM, then SIGKILL of their
 process group) whatever happens.
 """
@@ -21,6 +24,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -86,15 +90,54 @@ async def wait_key(r, key, timeout, workers=None):
     raise TimeoutError(f"{key} not set within {timeout:.0f}s")
 
 
+async def concurrent_producers(drv, prod, n, producers):
+    """``producers`` callers of ``prod.one`` at once, N jobs in all; returns (seconds, how)."""
+    jobs = iter(range(n))
+    if drv.ASYNC:
+
+        async def producer():
+            for i in jobs:  # one loop: the shared iterator needs no lock
+                await call(prod.one, i, 10**9)
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(producer() for _ in range(producers)))
+        return time.perf_counter() - t0, f"one Producer, {producers} asyncio tasks"
+    lock = threading.Lock()
+    errors = []
+
+    def producer():
+        try:
+            while True:
+                with lock:
+                    i = next(jobs, None)
+                if i is None or errors:
+                    return
+                prod.one(i, 10**9)
+        except Exception as exc:  # the first one is reported
+            errors.append(exc)
+
+    threads = [threading.Thread(target=producer, daemon=True) for _ in range(producers)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    if errors:
+        raise errors[0]
+    return elapsed, f"one Producer, {producers} threads"
+
+
 async def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("peer")
-    ap.add_argument("scenario", choices=["drain", "enqueue", "latency"])
+    ap.add_argument("scenario", choices=["drain", "enqueue", "latency", "producers"])
     ap.add_argument("--url", required=True)
     ap.add_argument("--n", type=int, default=10000)
     ap.add_argument("--n-bulk", type=int, default=20000)
     ap.add_argument("--procs", type=int, default=1)
     ap.add_argument("--gap", type=float, default=0.002)
+    ap.add_argument("--producers", type=int, default=64)
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("--logdir", default="/tmp")
     args = ap.parse_args()
@@ -129,6 +172,11 @@ async def main():
             else:
                 out["bulk"] = None
                 out["bulk_api"] = "none"
+        elif args.scenario == "producers":
+            for i in range(20):  # warm: connections, registration
+                await call(prod.one, i, 10**9)
+            elapsed, how = await concurrent_producers(drv, prod, args.n, args.producers)
+            out.update(n=args.n, producers=args.producers, rate=args.n / elapsed, elapsed_s=elapsed, how=how)
         elif args.scenario == "drain":
             n = args.n
             for i in range(n):
