@@ -1,20 +1,258 @@
-"""The seed's logging default: ``Client`` and ``Server`` write text to stdout unless logging is configured."""
+"""Logging: the seed's stdout default, a batching line handler, and the per-job fast path.
+
+Every job logs two INFO lines (started, completed). Through the standard
+machinery each costs a ``LogRecord``, a formatter pass with a ``strftime``
+and a write with a flush: about 7 µs, twice per job, against about 11 µs
+for the whole no-op job. So:
+
+- :class:`LineHandler` (what the pool, its children and the seed's default
+  install) formats the time once per second, not per record, and writes the
+  lines of one event-loop iteration in one ``write`` (in a thread without a
+  running loop it writes at once, as ``StreamHandler`` does).
+- :class:`JobLines` writes the per-job lines straight to that handler,
+  without a ``LogRecord``, *only* while the line's sole destination is one
+  :class:`LineHandler` with no filters; any other configuration (the
+  application's own handlers, filters, levels) gets ordinary records.
+- :func:`default_logger` keeps the seed's default (INFO lines on stdout when
+  the application configured no logging), but steps aside the moment the
+  application configures logging later (``basicConfig``, ``dictConfig``):
+  from then on its records go to the application's handlers under the
+  application's levels (it always propagates; it only had a handler and a
+  level of its own while nothing else was configured).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
+import time
+from typing import IO, Any
+
+__all__ = ["FORMAT", "JobLines", "LineFormatter", "LineHandler", "default_logger", "flush_all"]
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+BATCH_LINES = 1024
+"""A batch is written early once it holds this many lines."""
+RECHECK_S = 1.0
+"""How often :class:`JobLines` looks again at where its lines go."""
+
+_get_running_loop = asyncio._get_running_loop  # the C accessor: no exception when there is none
+_handlers: list[LineHandler] = []
+
+
+class LineFormatter(logging.Formatter):
+    """A ``Formatter`` whose default time stamp is formatted once per second."""
+
+    def __init__(self, fmt: str = FORMAT) -> None:
+        super().__init__(fmt)
+        self._second = -1
+        self._stamp = ""  # the second's part, as strftime gave it
+        self._ms = -1
+        self._ms_stamp = ""  # the whole stamp of millisecond _ms
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        if datefmt is not None:
+            return super().formatTime(record, datefmt)
+        return self.stamp(record.created)
+
+    def stamp(self, created: float) -> str:
+        """``created`` as ``YYYY-mm-dd HH:MM:SS,mmm`` in local time, like ``Formatter``'s default."""
+        ms = int(created * 1000)
+        if ms != self._ms:
+            second = ms // 1000
+            if second != self._second:
+                self._stamp = time.strftime(self.default_time_format, self.converter(second))
+                self._second = second
+            self._ms = ms
+            self._ms_stamp = f"{self._stamp},{ms - second * 1000:03d}"
+        return self._ms_stamp
+
+
+class LineHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """A ``StreamHandler`` (stdout by default) that writes each loop iteration's lines at once.
+
+    A line logged inside a running event loop is written at the start of the
+    next iteration together with the others of its iteration (or when
+    :data:`BATCH_LINES` are waiting); outside a loop it is written at once.
+    :func:`flush_all` writes what is waiting (the pool calls it before
+    ``os._exit``); ``logging.shutdown`` flushes it at interpreter exit.
+    """
+
+    def __init__(self, stream: IO[str] | None = None) -> None:
+        super().__init__(sys.stdout if stream is None else stream)
+        self.setFormatter(LineFormatter())
+        self._lines: list[str] = []
+        self._scheduled = False
+        _handlers.append(self)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = self.format(record)
+        except Exception:
+            self.handleError(record)
+            return
+        self.add(line)
+
+    def add(self, line: str) -> None:
+        """Queue one formatted line (without its newline) for writing."""
+        loop = _get_running_loop()
+        with self.lock:  # type: ignore[union-attr]
+            lines = self._lines
+            lines.append(line)
+            if loop is None or len(lines) >= BATCH_LINES:
+                self._write()
+            elif not self._scheduled:
+                self._scheduled = True
+                loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Write the waiting lines in one write, then flush the stream."""
+        with self.lock:  # type: ignore[union-attr]
+            self._scheduled = False
+            self._write()
+
+    def _write(self) -> None:
+        lines = self._lines
+        try:
+            if lines:
+                self._lines = []
+                self.stream.write("\n".join(lines) + "\n")
+            if hasattr(self.stream, "flush"):
+                self.stream.flush()
+        except Exception:  # a closed or broken stream: logging's rule, never the caller's problem
+            self.handleError(logging.makeLogRecord({"msg": f"{len(lines)} log line(s) could not be written"}))
+
+
+class _StepAside(logging.Filter):
+    """On a seed-default logger: once the application configures logging, give the logger back.
+
+    Until then the logger has its own :class:`LineHandler` on stdout and level
+    INFO. From the first record after ``basicConfig``/``dictConfig`` (or
+    handlers added to an ancestor), the handler, the level and this filter are
+    removed, so records propagate to the application's handlers under its
+    levels -- that first record included.
+    """
+
+    def __init__(self, logger: logging.Logger, handler: LineHandler) -> None:
+        super().__init__()
+        self.logger = logger
+        self.handler = handler
+
+    def superseded(self) -> bool:
+        """True (and the logger handed back) once the application configured logging."""
+        if not _configured_above(self.logger):
+            return False
+        self.handler.flush()
+        self.logger.removeFilter(self)
+        self.logger.removeHandler(self.handler)
+        self.logger.setLevel(logging.NOTSET)
+        return True
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not self.superseded():
+            return True
+        return record.levelno >= self.logger.getEffectiveLevel()
+
+
+def _configured_above(logger: logging.Logger) -> bool:
+    """Whether an ancestor of ``logger`` (the root included) has a handler."""
+    parent = logger.parent
+    while parent is not None:
+        if parent.handlers:
+            return True
+        parent = parent.parent
+    return False
 
 
 def default_logger(name: str) -> logging.Logger:
-    """A logger that writes text to stdout unless the application configured logging."""
+    """Logger ``name``; while logging is unconfigured, its INFO lines go to stdout."""
     logger = logging.getLogger(name)
-    if not logger.handlers and not logging.getLogger().handlers:
-        handler = logging.StreamHandler(sys.stdout)
-        handler.setFormatter(logging.Formatter(FORMAT))
+    if not logger.handlers and not _configured_above(logger):
+        handler = LineHandler(sys.stdout)
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
-        logger.propagate = False
+        logger.addFilter(_StepAside(logger, handler))
     return logger
+
+
+def flush_all() -> None:
+    """Write every line a :class:`LineHandler` holds (before ``os._exit``, which skips atexit)."""
+    for handler in list(_handlers):
+        handler.flush()
+
+
+def _sole_destination(logger: logging.Logger, level: int) -> LineHandler | None:
+    """The one LineHandler a record of ``level`` from ``logger`` would reach, if that is all it reaches."""
+    if not logger.isEnabledFor(level):
+        return None
+    found: list[logging.Handler] = []
+    current: logging.Logger | None = logger
+    while current is not None:
+        for f in current.filters:
+            if not isinstance(f, _StepAside) or f.superseded():
+                return None
+        found.extend(h for h in current.handlers if level >= h.level)
+        if not current.propagate:
+            break
+        current = current.parent
+    if len(found) != 1:
+        return None
+    (handler,) = found
+    if not isinstance(handler, LineHandler) or handler.filters:
+        return None
+    if not isinstance(handler.formatter, LineFormatter) or handler.formatter._fmt != FORMAT:
+        return None
+    return handler
+
+
+class JobLines:
+    """The consumer's per-job INFO lines, as cheap as the logging configuration allows.
+
+    :attr:`on` says whether INFO lines are wanted (the logger's level and
+    ``logging.disable``), as of the last :meth:`refresh` -- the consumer
+    refreshes once per turn, so a job pays an attribute read, not a level
+    check; :meth:`wanted` refreshes and answers. :meth:`info` logs one line.
+    While the only destination is a :class:`LineHandler` with our format,
+    the line is formatted here and handed to it (no ``LogRecord``);
+    otherwise it is an ordinary ``logger.info``. Where lines go is looked at
+    again every :data:`RECHECK_S` seconds, so a handler the application adds
+    later gets the lines from then on.
+    """
+
+    __slots__ = ("_checked", "_guard", "_handler", "_prefix", "logger", "on")
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self.logger = logger
+        self._prefix = f" INFO {logger.name}: "
+        self._handler: LineHandler | None = None
+        self._guard = next((f for f in logger.filters if isinstance(f, _StepAside)), None)
+        self._checked = -RECHECK_S
+        self.on = False
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Read the logger's level again (and, every :data:`RECHECK_S`, where its lines go)."""
+        self.on = self.logger.isEnabledFor(logging.INFO)
+        now = time.time()
+        if self.on and not 0.0 <= now - self._checked < RECHECK_S:
+            self._checked = now
+            self._handler = _sole_destination(self.logger, logging.INFO)
+
+    def wanted(self) -> bool:
+        """:meth:`refresh`, then :attr:`on`."""
+        self.refresh()
+        return self.on
+
+    def info(self, msg: str, *args: Any) -> None:
+        """Log ``msg % args`` at INFO (the caller looked at :attr:`on` first)."""
+        handler = self._handler
+        if handler is not None and self._guard is not None and _configured_above(self.logger):
+            self._checked = -RECHECK_S  # the application configured logging just now
+            self.refresh()
+            handler = self._handler
+        if handler is None:
+            self.logger.info(msg, *args, stacklevel=2)
+            return
+        stamp = handler.formatter.stamp(time.time())  # type: ignore[union-attr]
+        handler.add(f"{stamp}{self._prefix}{msg % args}")

@@ -545,6 +545,31 @@ def test_concurrent_callers_get_their_own_replies(run: Runner[Any], redis_url: s
     assert counter(redis_url) == 100
 
 
+def reads_processed(url: str) -> int:
+    with redis.Redis.from_url(url) as client:
+        return int(client.info("stats")["total_reads_processed"])
+
+
+def test_requests_made_while_one_is_in_flight_go_out_in_one_write(run: Runner[Any], redis_url: str) -> None:
+    """Auto-pipelining: Redis reads the 200 requests of one loop iteration in a handful of reads, not 200."""
+
+    async def scenario() -> int:
+        conn = await LeanConnection.open(redis_url)
+        try:
+            before = await asyncio.to_thread(reads_processed, redis_url)
+            first = asyncio.ensure_future(conn.execute("ECHO", "first"))
+            await asyncio.sleep(0)  # the first one is written alone, at once
+            rest = [conn.execute("ECHO", f"e{i}") for i in range(200)]
+            replies = await asyncio.gather(first, *rest)
+            assert replies == [b"first"] + [f"e{i}".encode() for i in range(200)]
+            # INFO itself is one read of its own connection (and one of its connect)
+            return await asyncio.to_thread(reads_processed, redis_url) - before
+        finally:
+            await conn.aclose()
+
+    assert run(scenario()) <= 10
+
+
 def test_a_cancelled_caller_does_not_shift_the_replies_of_others(run: Runner[Any], redis_url: str) -> None:
     async def scenario() -> None:
         conn = await LeanConnection.open(redis_url, name="cancelled-caller")

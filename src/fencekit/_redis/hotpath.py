@@ -15,10 +15,19 @@ Protocol
 
 Concurrency
     Any number of tasks may use one connection at once. Each request appends a
-    future to a FIFO deque in the same synchronous step as its write, and
-    replies, which Redis sends in request order, resolve the futures in turn.
-    A caller that is cancelled leaves its future in the queue; its reply is
-    read and dropped, so the stream stays in step.
+    future to a FIFO deque in the same synchronous step as it queues its bytes,
+    and replies, which Redis sends in request order, resolve the futures in
+    turn. A caller that is cancelled leaves its future in the queue; its reply
+    is read and dropped, so the stream stays in step.
+
+Coalescing (auto-pipelining)
+    A request on an idle connection (no reply awaited) is written at once.
+    A request made while others are in flight is not written by itself: the
+    bytes of every such request of one event-loop iteration go out in one
+    write at the start of the next iteration (``call_soon``). Fifty jobs that
+    each make a fenced write in one iteration cost one ``send`` here and one
+    read in Redis instead of fifty, and each still gets its own reply or
+    error.
 
 Failure (I4 of docs/design.md: nothing is ever re-sent)
     A timeout, a lost connection, a protocol error or a ``READONLY`` reply
@@ -81,6 +90,7 @@ class LeanConnection(asyncio.Protocol):
         "_deadline",
         "_loop",
         "_lost",
+        "_out",
         "_partial",
         "_reader",
         "_target",
@@ -100,6 +110,7 @@ class LeanConnection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._reader = hiredis.Reader()
         self._waiters: deque[_Waiter] = deque()
+        self._out: list[bytes] = []  # bytes queued in this loop iteration, written by _flush
         self._partial: list[Any] = []
         self._timeout = _INF if target.socket_timeout is None else target.socket_timeout
         self._deadline = _INF
@@ -262,9 +273,26 @@ class LeanConnection(asyncio.Protocol):
         waiters = self._waiters
         if not waiters:
             self._arm(timeout)
+            waiters.append((fut, count, timeout))
+            transport.write(payload)  # an idle connection: no one to wait for
+            return fut
         waiters.append((fut, count, timeout))
-        transport.write(payload)
+        out = self._out
+        out.append(payload)
+        if len(out) == 1:
+            self._loop.call_soon(self._flush)
         return fut
+
+    def _flush(self) -> None:
+        """Write every request queued since the last flush, in one write."""
+        out = self._out
+        if not out:
+            return
+        self._out = []
+        transport = self._transport
+        if self._closed or transport is None:
+            return  # their futures failed already
+        transport.write(out[0] if len(out) == 1 else b"".join(out))
 
     async def call(self, call: Call) -> Any:
         """Run one script by SHA and return its reply.
@@ -408,6 +436,7 @@ class LeanConnection(asyncio.Protocol):
     def _fail_waiters(self, reason: str, cause: BaseException | None) -> None:
         waiters = self._waiters
         self._partial = []
+        self._out = []  # never written: the callers are told they failed
         while waiters:
             fut = waiters.popleft()[0]
             if not fut.done():

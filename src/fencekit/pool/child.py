@@ -37,7 +37,7 @@ from typing import Any, NoReturn
 import orjson
 
 from fencekit import _coverage
-from fencekit._log import FORMAT
+from fencekit._log import LineHandler, flush_all
 from fencekit._redis.clients import aclose_client, async_client
 from fencekit._redis.keys import KeySpace
 from fencekit._redis.url import parse_url
@@ -179,6 +179,7 @@ def run_and_exit(config: ChildConfig, app: App, board: Board, logger: logging.Lo
         logger.error("child %d crashed:\n%s", config.slot, traceback.format_exc())
         code = ExitCode.ERROR
     finally:
+        flush_all()  # lines still batched for the next loop iteration
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
@@ -297,7 +298,7 @@ def main() -> NoReturn:
     """Entry of an exec'd child: config as JSON on stdin, workers by import path."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    logging.basicConfig(level="INFO", stream=sys.stdout, format=FORMAT)
+    logging.basicConfig(level="INFO", handlers=[LineHandler(sys.stdout)])
     logger = logging.getLogger("fencekit.pool")
     try:
         config = ChildConfig.from_json(sys.stdin.buffer.read())
@@ -306,6 +307,7 @@ def main() -> NoReturn:
         board = Board(config.board_slots, config.board_queues, fd=config.board_fd)
     except (FenceKitError, ValueError, KeyError) as exc:
         logger.error("pool child cannot start: %s", exc)
+        flush_all()
         _coverage.save()
         os._exit(ExitCode.BOOT)
     run_and_exit(config, app, board, logger)

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fencekit._log import FORMAT
+from fencekit._log import LineHandler
 from fencekit.errors import ConfigError, StoreError
 from fencekit.queue.worker import WorkerRegistry
 from fencekit.runtime.app import App, load_app
@@ -85,7 +85,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     try:
         explicit = _explicit(args)
         settings: PoolSettings = resolve(PoolSettings, explicit, owner=prog)
-        logging.basicConfig(level=settings["log_level"], stream=sys.stdout, format=FORMAT)
+        logging.basicConfig(level=settings["log_level"], handlers=[LineHandler(sys.stdout)])
         logger = logging.getLogger("fencekit.pool")
         spec = args.app or os.environ.get("FENCEKIT_APP")
         if not spec:

@@ -31,14 +31,15 @@ from typing import Any
 import redis.asyncio
 from typing_extensions import Unpack
 
-from fencekit._log import default_logger
+from fencekit._log import JobLines, default_logger
 from fencekit._redis.clients import aclose_client, async_client, watch_of
 from fencekit._redis.keys import KeySpace
 from fencekit._redis.link import Link, open_link, wait_replicas
 from fencekit._redis.run import Durability, apipeline, translated
 from fencekit._redis.url import parse_url
-from fencekit.errors import ConfigError, DurabilityError, JobNotFound, PayloadError
-from fencekit.queue.enqueue import Enqueued, EnqueuePlan
+from fencekit.errors import ConfigError, DurabilityError, FenceKitError, JobNotFound, PayloadError, StoreError
+from fencekit.queue.batching import EnqueueBatcher
+from fencekit.queue.enqueue import Enqueued, EnqueuePlan, encode
 from fencekit.queue.handle import Queue, QueueStats
 from fencekit.queue.records import JobInfo
 from fencekit.queue.registry import known_queues, register_queues
@@ -90,6 +91,16 @@ class Client:
         # redis-py's pool refuses a connection past its size (100) instead of waiting: many
         # concurrent job()/result() calls share a few connections through this.
         self._reads = asyncio.Semaphore(READ_CONCURRENCY)
+        self._batcher = EnqueueBatcher(self._send)
+
+    @property
+    def logger(self) -> logging.Logger:
+        """Where the client logs (``fencekit.client`` by default); assign another logger to replace it."""
+        return self._lines.logger
+
+    @logger.setter
+    def logger(self, logger: logging.Logger) -> None:
+        self._lines = JobLines(logger)
 
     async def __aenter__(self) -> Client:
         return self
@@ -104,6 +115,7 @@ class Client:
         if self._waiter is not None:
             await self._waiter.aclose()
             self._waiter = None
+        await self._batcher.aclose()
         if self._lean is not None:
             await self._lean.aclose()
             self._lean = None
@@ -123,8 +135,8 @@ class Client:
         starts it then instead -- at once if that time has passed.
         """
         (jid,) = await self.enqueue_many((task,), delay=delay, at=at)
-        if self.logger.isEnabledFor(logging.INFO):
-            self.logger.info("task %s accepted: %s/%s", jid, task.queue, task.operation)
+        if self._lines.wanted():
+            self._lines.info("task %s accepted: %s/%s", jid, task.queue, task.operation)
         return jid
 
     async def enqueue_many(
@@ -150,28 +162,30 @@ class Client:
         return enqueued
 
     async def _enqueue(self, tasks: list[Task], delay_ms: int) -> list[Enqueued]:
-        plan = EnqueuePlan.of(
-            self.keys, tasks, max_payload=self.max_payload, keep_result=self.keep_result, delay_ms=delay_ms
-        )
-        if not plan.calls:
+        if not tasks:
             return []
-        new = [q for q in plan.queues if q not in self._known_queues]
+        envelopes = encode(tasks, max_payload=self.max_payload, keep_result=self.keep_result)
+        new = [q for q in dict.fromkeys(t.queue for t in tasks) if q not in self._known_queues]
         if new:
             await register_queues(self.redis, self.keys, new)
             self._known_queues.update(new)
+        return await self._batcher.enqueue(tasks, envelopes, delay_ms)
+
+    async def _send(
+        self, tasks: list[Task], envelopes: list[bytes], delay_ms: int
+    ) -> list[Enqueued | BaseException]:
+        """Send one batch (:mod:`fencekit.queue.batching`): per task, its outcome or its call's error."""
+        plan = EnqueuePlan.of(self.keys, tasks, envelopes, keep_result=self.keep_result, delay_ms=delay_ms)
         calls = plan.calls
         durable = self.durable
         if self._owns_redis:
             link = await self._link()
-            results = await link.pipeline(calls) if len(calls) > 1 else [await link.call(calls[0])]
+            results = await link.pipeline(calls) if len(calls) > 1 else [await _one(link, calls[0])]
             if durable is not None:  # scripts cannot WAIT: it follows them on the same connection
                 results.append(await wait_replicas(link, durable))
         else:
             results = await apipeline(self.redis, calls, wait=durable)
         confirmed = int(results.pop()) if durable is not None else 0
-        for result in results:
-            if isinstance(result, BaseException):
-                raise result
         if durable is not None and confirmed < durable.replicas:
             raise DurabilityError(
                 f"{len(tasks)} task(s) accepted by the master but confirmed by {confirmed} of "
@@ -262,6 +276,16 @@ class Client:
             for raw in await pipe.execute():
                 total = total + QueueStats.from_hash(raw)
         return total
+
+
+async def _one(link: Link, call: Any) -> Any:
+    """One call's reply, or its error in the reply's place (as a pipeline gives it)."""
+    try:
+        return await link.call(call)
+    except StoreError:
+        raise  # the connection: nothing of the batch is known to have run
+    except FenceKitError as exc:
+        return exc
 
 
 def _delay_ms(delay: float | timedelta | None, at: datetime | None = None) -> int:

@@ -193,6 +193,7 @@ class Consumer:
         while True:
             if self._on_turn is not None:
                 self._on_turn()
+            self._performer.lines.refresh()  # one log-level check per turn, not two per job
             if self._stopping and not self._running and not self.outbox:
                 return
             self._refusals.check_reset(self._unsettled)

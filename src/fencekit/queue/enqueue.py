@@ -1,6 +1,7 @@
 """How a batch of tasks becomes script calls: the plan ``Client.enqueue_many`` sends.
 
-Tasks are validated and encoded first (all or nothing), then grouped: one
+Tasks are validated and encoded first (:func:`encode`, all or nothing),
+then grouped: one
 ``enqueue.lua`` call per queue for tasks that keep no record, one
 ``enqueue_tracked.lua`` call per queue and retention for those that do, and
 one ``enqueue_unique.lua`` call per task with a ``unique_key`` (the dedupe
@@ -21,7 +22,17 @@ from fencekit._redis.run import as_text
 from fencekit.errors import PayloadError
 from fencekit.queue.task import Task
 
-__all__ = ["EnqueuePlan", "Enqueued"]
+__all__ = ["EnqueuePlan", "Enqueued", "encode"]
+
+
+def encode(tasks: Sequence[Task], *, max_payload: int, keep_result: float) -> list[bytes]:
+    """Validate and encode every task (all or nothing: the first bad one raises)."""
+    envelopes: list[bytes] = []
+    for task in tasks:
+        if not isinstance(task, Task):
+            raise PayloadError(f"enqueue takes Task objects, got {type(task).__name__}")
+        envelopes.append(task.envelope(max_payload, keep_result))
+    return envelopes
 
 
 class Enqueued(NamedTuple):
@@ -43,16 +54,18 @@ class EnqueuePlan:
 
     @classmethod
     def of(
-        cls, keys: KeySpace, tasks: Sequence[Task], *, max_payload: int, keep_result: float, delay_ms: int
+        cls,
+        keys: KeySpace,
+        tasks: Sequence[Task],
+        envelopes: Sequence[bytes],
+        *,
+        keep_result: float,
+        delay_ms: int,
     ) -> EnqueuePlan:
-        """Validate and encode every task, then group them into calls."""
+        """Group tasks and their :func:`encode` d envelopes into calls."""
         plan = cls(size=len(tasks))
         groups: dict[tuple[str, int | None], list[int]] = {}
-        envelopes: list[bytes] = []
         for index, task in enumerate(tasks):
-            if not isinstance(task, Task):
-                raise PayloadError(f"enqueue takes Task objects, got {type(task).__name__}")
-            envelopes.append(task.envelope(max_payload, keep_result))
             if task.unique_key is None:
                 groups.setdefault((task.queue, task.keep_ms(keep_result)), []).append(index)
         for index, task in enumerate(tasks):
@@ -112,11 +125,18 @@ class EnqueuePlan:
         self.carried.append([index])
         self.unique.append(True)
 
-    def outcomes(self, tasks: Sequence[Task], replies: Sequence[Any]) -> list[Enqueued]:
-        """Each task's jid and whether it was created, in the order of ``tasks``."""
-        out: list[Enqueued | None] = [None] * self.size
-        for indexes, unique, reply in zip(self.carried, self.unique, replies):
-            if unique:
+    def outcomes(self, tasks: Sequence[Task], replies: Sequence[Any]) -> list[Enqueued | BaseException]:
+        """Each task's jid and whether it was created, in the order of ``tasks``.
+
+        A call whose reply is an exception (its error) gives that exception
+        to each task it carried.
+        """
+        out: list[Enqueued | BaseException | None] = [None] * self.size
+        for indexes, unique, reply in zip(self.carried, self.unique, replies, strict=True):
+            if isinstance(reply, BaseException):
+                for i in indexes:
+                    out[i] = reply
+            elif unique:
                 created, jid = reply
                 out[indexes[0]] = Enqueued(as_text(jid), bool(int(created)))
             else:

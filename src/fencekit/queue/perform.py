@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from fencekit._log import JobLines
 from fencekit._redis.keys import KeySpace
 from fencekit._redis.scripts import Call, RecordedAck
 from fencekit.errors import PayloadError
@@ -114,7 +115,7 @@ class Performer:
             q: JobSite(q, hash_key, rules, run_call, client, keys.queue(q))
             for q, hash_key in inflight.items()
         }
-        self.info = logger.isEnabledFor(logging.INFO)
+        self.lines = JobLines(logger)
         self.timed_out: dict[tuple[str, int], float] = {}
         """Deliveries settled by their timeout whose coroutine has not ended yet (and since when)."""
         self._deadlines: dict[tuple[str, int], _Deadline] = {}
@@ -149,8 +150,8 @@ class Performer:
             envelope.jid, envelope.operation, envelope.attempt, envelope.params, token, self.sites[queue]
         )
         set_current(job)
-        if self.info:
-            self.logger.info(
+        if self.lines.on:
+            self.lines.info(
                 "task %s started: %s/%s attempt %d of %d",
                 envelope.jid,
                 queue,
@@ -184,8 +185,8 @@ class Performer:
             queue, token, envelope, job, returned=True
         ):
             return
-        if self.info:
-            self.logger.info("task %s completed in %.3fs", envelope.jid, time.perf_counter() - started)
+        if self.lines.on:
+            self.lines.info("task %s completed in %.3fs", envelope.jid, time.perf_counter() - started)
         if plain:
             self.outbox.ack(queue, token, envelope.jid)
         else:
@@ -301,8 +302,8 @@ class Performer:
 
     def _expired(self, queue: str, token: int, envelope: codec.Envelope) -> None:
         self.stats.expired += 1
-        if self.info:
-            self.logger.info(
+        if self.lines.on:
+            self.lines.info(
                 "task %s (%s/%s) expired before it started: dropped", envelope.jid, queue, envelope.operation
             )
         call = settle.drop(
