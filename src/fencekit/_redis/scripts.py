@@ -395,7 +395,6 @@ def dead_revive(
     return call("dead_revive", keys, (dead_id, envelope))
 
 
-
 def history_sample(
     *,
     stats: str,
@@ -419,6 +418,7 @@ def history_sample(
         (stats, pending, last, minutes, hours),
         ("" if now_ms is None else now_ms, back_ms, *minute_tier, *hour_tier, durations),
     )
+
 
 # -- registry ------------------------------------------------------------------------
 
