@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
 import time
 from typing import IO, Any
@@ -180,6 +181,10 @@ def flush_all() -> None:
     """Write every line a :class:`LineHandler` holds (before ``os._exit``, which skips atexit)."""
     for handler in list(_handlers):
         handler.flush()
+
+
+# A forked child would inherit the lines waiting in the parent's handlers and write them again.
+os.register_at_fork(before=flush_all)
 
 
 def _sole_destination(logger: logging.Logger, level: int) -> LineHandler | None:

@@ -611,6 +611,12 @@ def every_call(keys: KeySpace, queue: str) -> dict[str, scripts.Call]:
         "job_set": scripts.job_set(
             inflight=inflight, fence=job_fence, target=f"{{{queue}}}:result", token=1, value="v"
         ),
+        "job_set_many": scripts.job_set_many(
+            [
+                (inflight, job_fence, f"{{{queue}}}:result", 1, "v"),
+                (inflight, job_fence, f"{{{queue}}}:other", 2, "w"),
+            ]
+        ),
         "schedule": scripts.schedule(scheduled=qk.scheduled, pending=qk.pending, wake=qk.wake, limit=10),
         "purge": scripts.purge(pending=qk.pending, stats=qk.stats, record_prefix=qk.job("")),
         "history_sample": scripts.history_sample(

@@ -367,6 +367,14 @@ def job_set(*, inflight: str, fence: str, target: str, token: int, value: Arg) -
     return call("job_set", (inflight, fence, target), (token, value))
 
 
+def job_set_many(writes: Sequence[tuple[str, str, str, int, Arg]]) -> Call:
+    """Several fenced SETs, each ``(inflight, fence, target, token, value)``; reply one 1 or
+    ``FENCED`` error per write (``job_set_many.lua``)."""
+    keys = [key for inflight, fence, target, _, _ in writes for key in (inflight, fence, target)]
+    args = [arg for _, _, _, token, value in writes for arg in (token, value)]
+    return call("job_set_many", keys, args)
+
+
 def schedule(*, scheduled: str, pending: str, wake: str, limit: int) -> Call:
     """Move due scheduled tasks into the queue; reply count (``schedule.lua``)."""
     return call("schedule", (scheduled, pending, wake), (limit,))

@@ -38,7 +38,7 @@ from fencekit._redis.link import Link, open_link, wait_replicas
 from fencekit._redis.run import Durability, apipeline, translated
 from fencekit._redis.url import parse_url
 from fencekit.errors import ConfigError, DurabilityError, FenceKitError, JobNotFound, PayloadError, StoreError
-from fencekit.queue.batching import EnqueueBatcher
+from fencekit.queue.batching import Coalescer
 from fencekit.queue.enqueue import Enqueued, EnqueuePlan, encode
 from fencekit.queue.handle import Queue, QueueStats
 from fencekit.queue.records import JobInfo
@@ -48,6 +48,8 @@ from fencekit.queue.task import Task, unix_ms
 from fencekit.settings import ClientOptions, ClientSettings, resolve, table, with_url
 
 __all__ = ["READ_CONCURRENCY", "Client"]
+
+_Enqueue = tuple[list[Task], list[bytes], int]  # one enqueue call: its tasks, their envelopes, the delay
 
 READ_CONCURRENCY = 32
 """Record reads (``job``, ``result``) one client runs at once; more wait their turn."""
@@ -91,7 +93,7 @@ class Client:
         # redis-py's pool refuses a connection past its size (100) instead of waiting: many
         # concurrent job()/result() calls share a few connections through this.
         self._reads = asyncio.Semaphore(READ_CONCURRENCY)
-        self._batcher = EnqueueBatcher(self._send)
+        self._batcher: Coalescer[_Enqueue, list[Enqueued]] = Coalescer(self._send, "fencekit-enqueue-batch")
 
     @property
     def logger(self) -> logging.Logger:
@@ -169,12 +171,35 @@ class Client:
         if new:
             await register_queues(self.redis, self.keys, new)
             self._known_queues.update(new)
-        return await self._batcher.enqueue(tasks, envelopes, delay_ms)
+        return await self._batcher.submit((tasks, envelopes, delay_ms))
 
-    async def _send(
+    async def _send(self, batch: list[_Enqueue]) -> list[list[Enqueued] | BaseException]:
+        """Send the enqueues of one batch (:mod:`fencekit.queue.batching`): one plan per delay."""
+        out: list[list[Enqueued] | BaseException] = [[] for _ in batch]
+        by_delay: dict[int, list[int]] = {}
+        for k, (_, _, delay_ms) in enumerate(batch):
+            by_delay.setdefault(delay_ms, []).append(k)
+        for delay_ms, ks in by_delay.items():
+            tasks = [task for k in ks for task in batch[k][0]]
+            envelopes = [envelope for k in ks for envelope in batch[k][1]]
+            try:
+                outcomes = await self._send_plan(tasks, envelopes, delay_ms)
+            except Exception as exc:
+                for k in ks:
+                    out[k] = exc
+                continue
+            start = 0
+            for k in ks:
+                mine = outcomes[start : start + len(batch[k][0])]
+                start += len(mine)
+                error = next((o for o in mine if isinstance(o, BaseException)), None)
+                out[k] = error if error is not None else mine  # type: ignore[assignment]
+        return out
+
+    async def _send_plan(
         self, tasks: list[Task], envelopes: list[bytes], delay_ms: int
     ) -> list[Enqueued | BaseException]:
-        """Send one batch (:mod:`fencekit.queue.batching`): per task, its outcome or its call's error."""
+        """Send tasks with one delay: per task, its outcome or its call's error."""
         plan = EnqueuePlan.of(self.keys, tasks, envelopes, keep_result=self.keep_result, delay_ms=delay_ms)
         calls = plan.calls
         durable = self.durable

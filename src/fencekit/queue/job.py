@@ -22,10 +22,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from fencekit._redis import scripts
 from fencekit._redis.keys import QueueKeys, job_resource
+from fencekit._redis.run import translate_reply
 from fencekit._redis.scripts import Call
 from fencekit.errors import FencedOutError, NoCurrentJob
 from fencekit.primitives.fence import FenceRules
 from fencekit.primitives.tokens import FenceToken
+from fencekit.queue.batching import Coalescer
 from fencekit.queue.records import encode_progress
 
 if TYPE_CHECKING:
@@ -33,6 +35,32 @@ if TYPE_CHECKING:
     from fencekit.queue.task import Task
 
 _current: ContextVar[Job] = ContextVar("fencekit_current_job")
+
+
+Write = tuple[str, str, str, int, "str | bytes | int | float"]  # inflight, fence, target, token, value
+
+
+def fenced_writes(run: Callable[[Call], Awaitable[Any]]) -> Coalescer[Write, None]:
+    """The fenced writes of one consumer's jobs: made while one is in flight, they go together.
+
+    One write alone is ``job_set.lua``; a batch is one ``job_set_many.lua``
+    call, whose reply holds each write's own 1 or ``FENCED`` error.
+    """
+
+    async def send(writes: list[Write]) -> list[BaseException | None]:
+        if len(writes) == 1:
+            inflight, fence, target, token, value = writes[0]
+            try:
+                await run(
+                    scripts.job_set(inflight=inflight, fence=fence, target=target, token=token, value=value)
+                )
+            except FencedOutError as exc:
+                return [exc]
+            return [None]
+        replies = await run(scripts.job_set_many(writes))
+        return [translate_reply(str(r)) if isinstance(r, BaseException) else None for r in replies]
+
+    return Coalescer(send, "fencekit-fenced-writes")
 
 
 class JobSite(NamedTuple):
@@ -44,6 +72,7 @@ class JobSite(NamedTuple):
     run: Callable[[Call], Awaitable[Any]]
     client: Client
     keys: QueueKeys  # the queue's keys: where a job's record is
+    writes: Coalescer[Write, None]  # the consumer's fenced writes (fenced_writes)
 
 
 class Job:
@@ -113,17 +142,15 @@ class Job:
     async def set_if_fresh(self, key: str, value: str | bytes | int | float) -> None:
         """``SET key value`` while this delivery is the task's current one (one atomic script).
 
-        It goes over the consumer's hot-path connection, and raises
+        It goes over the consumer's hot-path connection (writes of several jobs
+        made while one is in flight share one script call), and raises
         :class:`~fencekit.errors.FencedOutError` once the delivery was reaped,
         returned, finished or timed out, or a newer one exists.
         """
         self._check_current()
         site = self._site
         token, fence, target, value = site.rules.write(self.token, key, value)
-        call = scripts.job_set(
-            inflight=site.inflight, fence=fence, target=target, token=token.value, value=value
-        )
-        await site.run(call)
+        await site.writes.submit((site.inflight, fence, target, token.value, value))
 
     async def progress(self, fraction: float, message: str = "") -> bool:
         """Report how far the job is (``fraction`` from 0 to 1), shown by ``client.job(jid)``.

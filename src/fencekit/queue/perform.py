@@ -26,7 +26,7 @@ from fencekit.errors import PayloadError
 from fencekit.primitives.fence import FenceRules
 from fencekit.queue import codec, records, settle
 from fencekit.queue.histogram import DurationHistogram, QueueDurations
-from fencekit.queue.job import Job, JobSite, set_current
+from fencekit.queue.job import Job, JobSite, fenced_writes, set_current
 from fencekit.queue.outbox import Outbox
 from fencekit.queue.settle import Delivery, Retention
 from fencekit.queue.worker import WorkerRegistry, WorkerSpec
@@ -111,8 +111,9 @@ class Performer:
         self.wake = wake
         self.max_payload = max_payload
         rules = FenceRules(keys.prefix, timedelta(milliseconds=retention.fence_ttl_ms))
+        writes = fenced_writes(run_call)
         self.sites = {
-            q: JobSite(q, hash_key, rules, run_call, client, keys.queue(q))
+            q: JobSite(q, hash_key, rules, run_call, client, keys.queue(q), writes)
             for q, hash_key in inflight.items()
         }
         self.lines = JobLines(logger)
