@@ -2,6 +2,7 @@
 """Profile a pool child on the hot path with py-spy (``pip install py-spy``).
 
     python -m bench.profile_child [--procs 1] [--conc 512] [--n 1000000] [--seconds 5]
+                                  [--op noop|fenced|fenced_result|...] [--level WARNING|INFO]
 
 Fills the queue, starts ``python -m fencekit.pool --procs P``, records the first
 child with ``py-spy record --format raw`` (collapsed stacks, native frames off),
@@ -60,6 +61,7 @@ async def main() -> None:
     ap.add_argument("--n", type=int, default=1_000_000)
     ap.add_argument("--seconds", type=int, default=5)
     ap.add_argument("--op", default="noop")
+    ap.add_argument("--level", default="WARNING", help="the pool's log level (INFO: the per-job lines)")
     args = ap.parse_args()
     pyspy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
     if pyspy is None:
@@ -70,7 +72,8 @@ async def main() -> None:
         await r.flushall()
         await fk.fill(fk.quiet_client(url), args.n, args.op)
         proc = spawn(
-            fk.pool_argv(url, args.procs, args.conc), ROOT / "bench" / "results" / "profile-pool.log"
+            fk.pool_argv(url, args.procs, args.conc, level=args.level),
+            ROOT / "bench" / "results" / "profile-pool.log",
         )
         try:
             await fk.wait_processed(r, [fk.stats_key("bench")], 5000, 30)
