@@ -7,7 +7,11 @@ Redis (``bench.fk.drain``) -- and prints every figure and the ratio of the
 medians, this ÷ other. Alternating rounds spread a shared machine's noise
 over both sides; compare the ratios, not the absolute figures.
 
-    python -m bench.ab ../fencekit-main --rounds 3 --n 200000
+    python -m bench.ab ../fencekit-main --rounds 3 --n 200000 [--op fenced] [--level INFO]
+
+``--op`` picks the job (``noop``, ``fenced``, ... of ``bench.apps``) and
+``--level`` the pool's log level (WARNING by default; INFO logs each job's
+two lines).
 """
 
 from __future__ import annotations
@@ -27,19 +31,23 @@ import asyncio, sys, tempfile
 from pathlib import Path
 from bench import fk
 from fencekit.testing import RedisServer
-n, procs, server = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1"
+n, procs, server, op, level = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4], sys.argv[5]
 async def run(url):
-    result = await fk.drain(url, Path(tempfile.mkdtemp()), n=n, procs=procs, conc=128, server=server)
+    result = await fk.drain(
+        url, Path(tempfile.mkdtemp()), n=n, procs=procs, conc=128, server=server, op=op, level=level
+    )
     return result["rate"]
 with RedisServer() as srv:
     print(asyncio.run(run(srv.url())))
 """
 
 
-def in_checkout(root: Path, n: int, procs: int, server: bool) -> float:
+def in_checkout(
+    root: Path, n: int, procs: int, server: bool, op: str = "noop", level: str = "WARNING"
+) -> float:
     """One drain run by ``root``'s own interpreter in ``root``; returns jobs/s."""
     python = root / ".venv" / "bin" / "python"
-    argv = [str(python), "-c", DRAIN, str(n), str(procs), "1" if server else "0"]
+    argv = [str(python), "-c", DRAIN, str(n), str(procs), "1" if server else "0", op, level]
     out = subprocess.run(argv, cwd=root, check=True, capture_output=True, text=True, timeout=600)
     return float(out.stdout.strip().splitlines()[-1])
 
@@ -49,6 +57,10 @@ def main() -> None:
     parser.add_argument("other", type=Path, help="the other checkout (with its own .venv)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--n", type=int, default=200_000)
+    parser.add_argument(
+        "--op", default="noop", help="the job: an operation of bench.apps (noop, fenced, ...)"
+    )
+    parser.add_argument("--level", default="WARNING", help="the pool's log level")
     args = parser.parse_args()
     here = Path(__file__).resolve().parents[1]
     sides = {"this": here, "other": args.other.resolve()}
@@ -56,7 +68,7 @@ def main() -> None:
     for _ in range(args.rounds):
         for side, root in sides.items():
             for label, procs, server in CASES:
-                rate = in_checkout(root, args.n, procs, server)
+                rate = in_checkout(root, args.n, procs, server, args.op, args.level)
                 figures.setdefault((side, label), []).append(rate)
                 print(f"{side:5} {label}: {rate:,.0f} jobs/s", file=sys.stderr, flush=True)
     print(f"| drain, {args.n:,} no-op tasks, -c 128 | other | this | this ÷ other (medians) |")
