@@ -28,6 +28,7 @@ import logging
 import os
 import sys
 import time
+import weakref
 from typing import IO, Any
 
 __all__ = ["FORMAT", "JobLines", "LineFormatter", "LineHandler", "default_logger", "flush_all"]
@@ -40,6 +41,7 @@ RECHECK_S = 1.0
 
 _get_running_loop = asyncio._get_running_loop  # the C accessor: no exception when there is none
 _handlers: list[LineHandler] = []
+_job_lines: weakref.WeakSet[JobLines] = weakref.WeakSet()
 
 
 class LineFormatter(logging.Formatter):
@@ -106,6 +108,12 @@ class LineHandler(logging.StreamHandler):  # type: ignore[type-arg]
             elif not self._scheduled:
                 self._scheduled = True
                 loop.call_soon(self.flush)
+
+    def add_many(self, lines: list[str]) -> None:
+        """Write ``lines`` now, after any waiting ones (a batch :class:`JobLines` gathered)."""
+        with self.lock:  # type: ignore[union-attr]
+            self._lines.extend(lines)
+            self._write()
 
     def flush(self) -> None:
         """Write the waiting lines in one write, then flush the stream."""
@@ -178,7 +186,10 @@ def default_logger(name: str) -> logging.Logger:
 
 
 def flush_all() -> None:
-    """Write every line a :class:`LineHandler` holds (before ``os._exit``, which skips atexit)."""
+    """Write every line a :class:`JobLines` or :class:`LineHandler` holds (before ``os._exit``,
+    which skips atexit, and before ``fork``)."""
+    for lines in list(_job_lines):
+        lines.hand_over()
     for handler in list(_handlers):
         handler.flush()
 
@@ -225,7 +236,17 @@ class JobLines:
     later gets the lines from then on.
     """
 
-    __slots__ = ("_checked", "_guard", "_handler", "_prefix", "logger", "on")
+    __slots__ = (
+        "__weakref__",
+        "_checked",
+        "_guard",
+        "_handler",
+        "_pending",
+        "_pending_to",
+        "_prefix",
+        "logger",
+        "on",
+    )
 
     def __init__(self, logger: logging.Logger) -> None:
         self.logger = logger
@@ -233,8 +254,11 @@ class JobLines:
         self._handler: LineHandler | None = None
         self._guard = next((f for f in logger.filters if isinstance(f, _StepAside)), None)
         self._checked = -RECHECK_S
+        self._pending: list[str] = []  # this loop iteration's lines, handed over at the next
+        self._pending_to: LineHandler | None = None
         self.on = False
         self.refresh()
+        _job_lines.add(self)
 
     def refresh(self) -> None:
         """Read the logger's level again (and, every :data:`RECHECK_S`, where its lines go)."""
@@ -242,6 +266,7 @@ class JobLines:
         now = time.time()
         if self.on and not 0.0 <= now - self._checked < RECHECK_S:
             self._checked = now
+            self.hand_over()
             self._handler = _sole_destination(self.logger, logging.INFO)
 
     def wanted(self) -> bool:
@@ -259,5 +284,22 @@ class JobLines:
         if handler is None:
             self.logger.info(msg, *args, stacklevel=2)
             return
-        stamp = handler.formatter.stamp(time.time())  # type: ignore[union-attr]
-        handler.add(f"{stamp}{self._prefix}{msg % args}")
+        line = f"{handler.formatter.stamp(time.time())}{self._prefix}{msg % args}"  # type: ignore[union-attr]
+        pending = self._pending
+        if not pending:
+            loop = _get_running_loop()
+            if loop is None:
+                handler.add(line)
+                return
+            self._pending_to = handler
+            loop.call_soon(self.hand_over)
+        pending.append(line)
+        if len(pending) >= BATCH_LINES:
+            self.hand_over()
+
+    def hand_over(self) -> None:
+        """Give the lines gathered in this loop iteration to the handler (one write)."""
+        pending = self._pending
+        if pending and self._pending_to is not None:
+            self._pending = []
+            self._pending_to.add_many(pending)

@@ -226,3 +226,26 @@ def test_job_lines_follow_level_changes_at_refresh_and_new_handlers_within_a_sec
     lines.info("now %s", "both")
     assert [r.getMessage() for r in records] == ["now both"]
     assert stream.getvalue().endswith("now both\n")
+
+
+def test_job_lines_of_one_iteration_reach_the_handler_together_and_flush_all_hands_them_over() -> None:
+    writes: list[str] = []
+
+    class Stream(io.StringIO):
+        def write(self, s: str) -> int:
+            writes.append(s)
+            return len(s)
+
+    _, lines = job_lines_setup(LineHandler(Stream()))
+
+    async def main() -> None:
+        for i in range(5):
+            lines.info("task %d completed", i)
+        assert writes == []
+        await asyncio.sleep(0)
+        assert [w.count("\n") for w in writes] == [5]
+        lines.info("before exit")
+        _log.flush_all()  # what the pool child calls before os._exit
+        assert writes[-1].endswith(": before exit\n")
+
+    asyncio.run(main())
