@@ -81,6 +81,8 @@ def validate_name(name: object, label: str) -> str:
     """A resource, key or namespace: a non-empty ``str`` with no whitespace."""
     if not isinstance(name, str) or not name:
         raise ConfigError(f"{label} must be a non-empty str, got {name!r}")
+    if name.isprintable() and " " not in name:
+        return name  # the usual case, one C-level scan (printable and no space: no whitespace, see is_jid)
     if any(ch.isspace() for ch in name):
         raise ConfigError(f"{label} must not contain whitespace: {name!r}")
     return name
