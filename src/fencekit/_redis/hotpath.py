@@ -376,6 +376,32 @@ class LeanConnection(asyncio.Protocol):
             raise self._translate(reply)
         return reply
 
+    async def block_then(
+        self, command: Sequence[RespArg], calls: Sequence[Call], timeout: float
+    ) -> tuple[Any, list[Any]]:
+        """A blocking command and, in the same write, script calls Redis runs the moment it returns.
+
+        Redis keeps a blocked client's next commands until the blocking one
+        returns (served or timed out), then runs them at once: an idle
+        consumer's ``BLPOP`` on its wake keys followed by its claims gets the
+        claimed tasks in the round trip of the wake-up. Returns the blocking
+        command's reply (an error reply raises) and each call's reply, or its
+        error (translated) in its place; a call that met ``NOSCRIPT`` did not
+        run and is not run again here (its slot holds the error).
+        """
+        if not timeout > 0:
+            raise ConfigError(f"timeout must be positive, got {timeout!r}")
+        payload = pack_command(*command) + b"".join(
+            [pack_evalsha(c.script.sha, c.keys, c.args) for c in calls]
+        )
+        first, *replies = await self._send(payload, 1 + len(calls), timeout)
+        if first.__class__ is _ReplyError:
+            raise self._translate(first)
+        for i, reply in enumerate(replies):
+            if reply.__class__ is _ReplyError:
+                replies[i] = self._translate(reply, raise_readonly=True)
+        return first, replies
+
     def _translate(self, error: Any, *, raise_readonly: bool = False) -> FenceKitError:
         """Our exception for an error reply; ``READONLY`` also closes the connection."""
         message = str(error)

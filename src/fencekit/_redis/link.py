@@ -40,6 +40,10 @@ class Link(Protocol):
 
     async def execute(self, *args: Any, timeout: float | None = None) -> Any: ...
 
+    async def block_then(
+        self, command: Sequence[Any], calls: Sequence[Call], timeout: float
+    ) -> tuple[Any, list[Any]]: ...
+
     async def aclose(self) -> None: ...
 
 
@@ -101,6 +105,13 @@ class RedisPyLink:
             return await self._client.execute_command(*args)  # type: ignore[no-untyped-call]
         except (RedisError, OSError) as exc:
             raise self._broken(exc) from exc
+
+    async def block_then(
+        self, command: Sequence[Any], calls: Sequence[Call], timeout: float
+    ) -> tuple[Any, list[Any]]:
+        """The blocking command, then the calls: the same replies as the lean link's, in two round trips."""
+        first = await self.execute(*command, timeout=timeout)
+        return first, await self.pipeline(calls)
 
     async def aclose(self) -> None:
         self._closed = True

@@ -47,7 +47,7 @@ from fencekit.queue.outbox import AckClaim, Outbox, Settle, Turn
 from fencekit.queue.perform import ConsumerStats, Performer
 from fencekit.queue.refusals import Refusals
 from fencekit.queue.settle import Retention
-from fencekit.queue.waker import Waker
+from fencekit.queue.waker import IDLE_POLL, WAKE_CLAIM_QUEUES, Waker
 from fencekit.queue.worker import WorkerRegistry
 
 __all__ = ["Consumer", "ConsumerStats"]
@@ -112,7 +112,12 @@ class Consumer:
             wake_keys={k.wake: q for q, k in self._qkeys.items()},
             logger=logger,
             on_wake=self._woken,
+            claims=self._wake_claims,
+            on_claimed=self._claimed_on_wake,
+            on_lost=self._wake_claims_lost,
+            poll=min(IDLE_POLL, settings["heartbeat_ttl"] / 4),
         )
+        self._reserved = 0  # tasks the waker's claims may bring (counted as taken slots)
         self._cancels = CancelListener(
             redis_client,
             {k.cancel_channel: q for q, k in self._qkeys.items()},
@@ -160,9 +165,9 @@ class Consumer:
         try:
             await self._loop()
         finally:
-            waker.cancel()
             cancels.cancel()
-            await asyncio.gather(waker, cancels, return_exceptions=True)
+            await self._waker.stop(waker, self._unblock)
+            await asyncio.gather(cancels, return_exceptions=True)
             await self._cancels.aclose()
             self._performer.close()
             try:
@@ -224,7 +229,7 @@ class Consumer:
                 await self._wait_replicas(link, self.durable)
 
     def _next_turn(self) -> Turn:
-        free = self.concurrency - len(self._running)
+        free = self.concurrency - len(self._running) - self._reserved
         claim_queue: str | None = None
         self._lease_blocked = False
         if free > 0 and not self._stopping:
@@ -376,6 +381,53 @@ class Consumer:
             self._waker.wanted.set()
         else:
             self._waker.wanted.clear()
+
+    def _wake_claims(self) -> list[tuple[AckClaim, scripts.Call]] | None:
+        """Claims the waker may write behind its BLPOP (:mod:`fencekit.queue.waker`), or None.
+
+        Only while idle, lease fresh, not stopping, over the lean link and
+        with at most ``WAKE_CLAIM_QUEUES`` queues; the free slots are shared
+        out so that the claims together never exceed them, and they stay
+        reserved until the replies are absorbed.
+        """
+        if self._stopping or self.link_kind != "lean" or len(self.queues) > WAKE_CLAIM_QUEUES:
+            return None
+        if not all(q in self._empty for q in self.queues):
+            return None  # busy: the loop claims; the waker only waits
+        free = min(self.concurrency - len(self._running) - self._reserved, self.max_claim)
+        if free <= 0 or not self._lease_ok():
+            return None
+        n = len(self.queues)
+        per = max(1, free // n)
+        items = [AckClaim(self.queues[(self._rotation + i) % n], [], per) for i in range(min(n, free))]
+        self._reserved = per * len(items)
+        return [(item, self._ack_claim_call(item.queue, item.want, (), ())) for item in items]
+
+    def _claimed_on_wake(self, items: list[AckClaim], replies: list[Any]) -> None:
+        """The replies of the claims written behind the wake-up: start what they claimed."""
+        self._reserved = 0
+        if self._stopping:
+            return  # left in the in-flight hash: run() returns them at its end
+        claimed = set()
+        for item, reply in zip(items, replies, strict=True):
+            if isinstance(reply, BaseException):
+                continue  # (NOSCRIPT after a restart, ...): the loop claims it itself and reports
+            before = self.stats.claimed
+            self._absorb_ack_claim(item, reply)
+            self.stats.claimed_on_wake += self.stats.claimed - before
+            claimed.add(item.queue)
+        for queue in self.queues:
+            if queue not in claimed:
+                self._empty.discard(queue)
+        self._event.set()
+
+    def _wake_claims_lost(self) -> None:
+        """The wake connection failed with claims written: they may have run, so reconcile."""
+        self._reserved = 0
+        self._reconcile = True
+
+    async def _unblock(self, client_id: int) -> None:
+        await (await self._connected()).execute("CLIENT", "UNBLOCK", client_id)
 
     def _woken(self, queue: str | None) -> None:
         """The waker saw work in ``queue`` (None: look at every queue again)."""

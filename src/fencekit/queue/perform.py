@@ -46,6 +46,8 @@ class ConsumerStats:
     """
 
     claimed: int = 0
+    claimed_on_wake: int = 0
+    """Of ``claimed``, those that came with a wake-up (claims written behind the BLPOP)."""
     processed: int = 0
     failed: int = 0
     retried: int = 0

@@ -6,24 +6,44 @@ behind) pushes at most one marker onto its queue's wake list
 of all its queues over a connection of its own; the reply names the queue
 that has work. The ``BLPOP`` times out every :data:`IDLE_POLL` seconds as a
 safety re-poll, so a lost marker costs at most that long.
+
+Claiming in the wake-up's round trip: when the consumer offers claims
+(``claims()``: at most :data:`WAKE_CLAIM_QUEUES` queues, lean link, lease
+fresh), the waker writes them behind its ``BLPOP`` in one write
+(:meth:`~fencekit._redis.hotpath.LeanConnection.block_then`). Redis runs
+them the moment the ``BLPOP`` returns, so the claimed tasks arrive with the
+wake-up: one round trip from enqueue to claim instead of two. They are the
+consumer's ordinary ``ack_claim.lua`` calls (fresh tokens, the in-flight
+hash), so nothing about fencing changes; ``on_claimed`` hands the replies to
+the consumer. A failure while claims were written tells ``on_lost`` (they
+may have run: the consumer reconciles). :meth:`stop` unblocks a waiting
+``BLPOP`` (``CLIENT UNBLOCK`` on the consumer's own connection) and waits
+for its claims' replies, so a stop never leaves a claim running behind it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 from fencekit._redis.link import Link, open_link
 from fencekit._redis.run import as_text
+from fencekit._redis.scripts import Call
 from fencekit._redis.sentinel import MasterWatch
 from fencekit._redis.url import RedisTarget
-from fencekit.errors import StoreError
+from fencekit.errors import FenceKitError, StoreError
 from fencekit.queue.loops import Backoff
 
-__all__ = ["IDLE_POLL", "Waker"]
+__all__ = ["IDLE_POLL", "WAKE_CLAIM_QUEUES", "Waker"]
 
 IDLE_POLL = 1.0
+WAKE_CLAIM_QUEUES = 8
+"""Most queues a consumer claims from behind its wake-up (each costs a script call per wake-up)."""
+
+Claims = list[tuple[Any, Call]]  # (the consumer's claim item, its ack_claim call)
 
 
 class Waker:
@@ -31,7 +51,9 @@ class Waker:
 
     ``on_wake(queue)`` gets the queue that has work, or ``None`` when the
     consumer should look at every queue again (the safety poll, or Redis
-    came back after a failure).
+    came back after a failure). With claims offered by ``claims()``, their
+    replies go to ``on_claimed(items, replies)`` instead (see the module
+    docstring); ``poll`` is then the BLPOP's timeout.
     """
 
     def __init__(
@@ -44,6 +66,10 @@ class Waker:
         wake_keys: Mapping[str, str],
         logger: logging.Logger,
         on_wake: Callable[[str | None], None],
+        claims: Callable[[], Claims | None] = lambda: None,
+        on_claimed: Callable[[list[Any], list[Any]], None] = lambda items, replies: None,
+        on_lost: Callable[[], None] = lambda: None,
+        poll: float = IDLE_POLL,
     ) -> None:
         self.target = target
         self.watch = watch
@@ -51,27 +77,72 @@ class Waker:
         self.name = name
         self.wake_keys = dict(wake_keys)  # wake key -> queue
         self.on_wake = on_wake
+        self.claims = claims
+        self.on_claimed = on_claimed
+        self.on_lost = on_lost
+        self.poll = poll
         self.wanted = asyncio.Event()
         self._backoff = Backoff(logger, f"consumer {name}: waiting for work")
         self._link: Link | None = None
+        self._client_id: int | None = None  # of the wake connection, for CLIENT UNBLOCK
+        self.claiming = False
+        """True while claims wait behind the BLPOP (their tasks may be claimed at any moment)."""
+        self._stopping = False
+
+    async def _connected(self) -> Link:
+        if self._link is None or self._link.closed:
+            self._client_id = None
+            self._link = await open_link(self.target, name=f"fk:{self.name}:wake", kind=self.link_kind)
+            if self.link_kind == "lean":
+                self._client_id = int(await self._link.execute("CLIENT", "ID"))
+        return self._link
 
     async def run(self) -> None:
-        """Wait for work until cancelled."""
+        """Wait for work until cancelled or :meth:`stop`."""
         keys = list(self.wake_keys)
         while True:
             await self.wanted.wait()
+            if self._stopping:
+                return
+            claims: Claims | None = None
             try:
-                if self._link is None or self._link.closed:
-                    self._link = await open_link(
-                        self.target, name=f"fk:{self.name}:wake", kind=self.link_kind
-                    )
-                reply = await self._link.execute("BLPOP", *keys, IDLE_POLL, timeout=IDLE_POLL + 5.0)
+                link = await self._connected()
+                claims = self.claims() if self._client_id is not None else None
+                if claims:
+                    self.claiming = True
+                    try:
+                        reply, replies = await link.block_then(
+                            ("BLPOP", *keys, self.poll), [call for _, call in claims], timeout=self.poll + 5.0
+                        )
+                    finally:
+                        self.claiming = False
+                else:
+                    reply = await link.execute("BLPOP", *keys, IDLE_POLL, timeout=IDLE_POLL + 5.0)
             except StoreError as exc:
+                if claims:
+                    self.on_lost()
                 await asyncio.sleep(self._backoff.failed(exc))
                 self.on_wake(None)
                 continue
             self._backoff.succeeded()
-            self.on_wake(self.wake_keys[as_text(reply[0])] if reply else None)
+            if claims:
+                self.on_claimed([item for item, _ in claims], replies)
+            else:
+                self.on_wake(self.wake_keys[as_text(reply[0])] if reply else None)
+
+    async def stop(self, task: asyncio.Task[None], unblock: Callable[[int], Awaitable[Any]]) -> None:
+        """End :meth:`run` (running as ``task``); with claims behind the BLPOP, unblock it and wait
+        for their replies rather than leave them to run after the consumer is gone."""
+        self._stopping = True
+        if self.claiming and self._client_id is not None:
+            try:
+                await unblock(self._client_id)
+            except FenceKitError:
+                pass  # not allowed (ACL) or Redis gone: the BLPOP returns within its poll anyway
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(task), self.poll + 5.0)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
     async def aclose(self) -> None:
         if self._link is not None:

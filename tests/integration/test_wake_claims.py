@@ -1,0 +1,90 @@
+"""An idle consumer claims in the round trip of its wake-up (claims written behind its BLPOP).
+
+On a real Redis with a real ``Server``: tasks enqueued to an idle consumer
+are claimed by the claims that waited behind the ``BLPOP`` (counted in
+``stats.claimed_on_wake``), never more than the free slots, and a stop while
+such claims wait leaves nothing claimed behind it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import redis
+from tests.queue_helpers import eventually, new_server, running, stats, worker
+
+from fencekit import Client, Task
+from fencekit._redis.keys import KeySpace
+
+KEYS = KeySpace("fencekit")
+
+
+async def idle(server: Any) -> None:
+    """Until the consumer waits with its claims written behind the BLPOP."""
+    await eventually(lambda: server.consumer is not None and server.consumer._waker.claiming, what="idle")
+
+
+async def test_tasks_enqueued_to_an_idle_consumer_come_with_its_wake_up(
+    redis_url: str, r: redis.Redis
+) -> None:
+    ran: list[int] = []
+
+    async def perform(payload: dict) -> None:
+        ran.append(payload["i"])
+
+    server = new_server(redis_url, worker("wq1", "op", perform), concurrency=4)
+    async with running(server), Client(redis_url, keep_result=0) as client:
+        for i in range(5):
+            await idle(server)
+            await client.enqueue(Task("wq1", "op", {"i": i}))
+            await eventually(lambda n=i + 1: len(ran) == n, what=f"task {i}")
+        consumer = server.consumer
+        assert consumer is not None
+        assert consumer.stats.claimed == 5
+        assert consumer.stats.claimed_on_wake == 5  # every one came with its wake-up
+    assert stats(r, "wq1")["processed"] == 5
+
+
+async def test_a_burst_to_an_idle_consumer_never_runs_more_than_its_concurrency(
+    redis_url: str, r: redis.Redis
+) -> None:
+    running_now = 0
+    most = 0
+
+    async def perform(payload: dict) -> None:
+        nonlocal running_now, most
+        running_now += 1
+        most = max(most, running_now)
+        await asyncio.sleep(0.02)
+        running_now -= 1
+
+    workers = [worker(q, "op", perform) for q in ("b1", "b2", "b3")]
+    server = new_server(redis_url, *workers, concurrency=5)
+    async with running(server), Client(redis_url, keep_result=0) as client:
+        await idle(server)
+        await client.enqueue_many([Task(q, "op", {"i": i}) for i in range(20) for q in ("b1", "b2", "b3")])
+        await eventually(lambda: sum(stats(r, q)["processed"] for q in ("b1", "b2", "b3")) == 60, timeout=30)
+    assert most <= 5
+
+
+async def test_a_stop_while_claims_wait_behind_the_blpop_leaves_nothing_claimed(
+    redis_url: str, r: redis.Redis
+) -> None:
+    async def perform(payload: dict) -> None:
+        return None
+
+    server = new_server(redis_url, worker("ws", "op", perform), concurrency=8, heartbeat_ttl=30.0)
+    async with running(server):
+        await idle(server)
+        consumer = server.consumer
+        assert consumer is not None
+        inflight = consumer._inflight["ws"]
+    # stopped: the waker was unblocked and its claims answered before the consumer let go
+    assert not consumer._waker.claiming
+    assert r.hlen(inflight) == 0
+    async with Client(redis_url, keep_result=0) as client:
+        await client.enqueue(Task("ws", "op"))
+    await asyncio.sleep(0.3)  # a claim left behind would take this task now
+    assert r.llen(KEYS.queue("ws").pending) == 1
+    assert r.hlen(inflight) == 0
