@@ -9,13 +9,15 @@ such claims wait leaves nothing claimed behind it.
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import redis
-from tests.queue_helpers import eventually, new_server, running, stats, worker
+from tests.queue_helpers import eventually, messages, new_server, running, stats, worker
 
 from fencekit import Client, Task
 from fencekit._redis.keys import KeySpace
+from fencekit.testing import RedisServer
 
 KEYS = KeySpace("fencekit")
 
@@ -88,3 +90,34 @@ async def test_a_stop_while_claims_wait_behind_the_blpop_leaves_nothing_claimed(
     await asyncio.sleep(0.3)  # a claim left behind would take this task now
     assert r.llen(KEYS.queue("ws").pending) == 1
     assert r.hlen(inflight) == 0
+
+
+async def test_an_acl_without_client_id_keeps_the_two_round_trip_wake_up(
+    tmp_path: Path, server_binary: str
+) -> None:
+    server = RedisServer(tmp_path / "acl", binary=server_binary)
+    server.start()
+    try:
+        with server.client() as admin:
+            admin.execute_command(
+                "ACL", "SETUSER", "narrow", "reset", "on", ">pw-narrow", "~fencekit:*", "&*",
+                "+@all", "-@admin", "-@dangerous", "+info", "+role", "-client", "+client|setname",
+            )  # fmt: skip
+        url = f"redis://narrow:pw-narrow@127.0.0.1:{server.port}/0"
+        ran: list[int] = []
+
+        async def perform(payload: dict) -> None:
+            ran.append(1)
+
+        fk = new_server(url, worker("acl", "op", perform), concurrency=2)
+        async with running(fk), Client(url, keep_result=0) as client:
+            await eventually(
+                lambda: fk.consumer is not None and fk.consumer._waker.wanted.is_set(), what="idle"
+            )
+            await client.enqueue(Task("acl", "op"))
+            await eventually(lambda: len(ran) == 1, what="the task")
+            assert fk.consumer is not None
+            assert fk.consumer.stats.claimed_on_wake == 0
+        assert not [m for m in messages(fk.logger) if "waiting for work" in m]  # no failing wake-up
+    finally:
+        server.cleanup()

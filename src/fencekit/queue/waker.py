@@ -94,7 +94,13 @@ class Waker:
             self._client_id = None
             self._link = await open_link(self.target, name=f"fk:{self.name}:wake", kind=self.link_kind)
             if self.link_kind == "lean":
-                self._client_id = int(await self._link.execute("CLIENT", "ID"))
+                try:
+                    self._client_id = int(await self._link.execute("CLIENT", "ID"))
+                except FenceKitError:
+                    if self._link.closed:
+                        raise
+                    # an ACL without CLIENT ID: wake-ups without claims, as before
+                    self._client_id = None
         return self._link
 
     async def run(self) -> None:
