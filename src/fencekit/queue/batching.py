@@ -39,8 +39,8 @@ class Coalescer(Generic[I, R]):
         self._name = name
         self._items: list[I] = []
         self._futures: list[asyncio.Future[R]] = []
-        self._busy = False  # a send is in flight
-        self._sender: asyncio.Task[None] | None = None
+        self._busy = False  # a send is in flight (a caller's own, or a batch's)
+        self._senders: set[asyncio.Task[None]] = set()
 
     async def submit(self, item: I) -> R:
         """Send ``item`` (now, or with the next batch) and return its outcome."""
@@ -62,9 +62,11 @@ class Coalescer(Generic[I, R]):
 
     def _kick(self) -> None:
         """Start sending the waiting batch unless a send is in flight."""
-        if self._items and not self._busy and (self._sender is None or self._sender.done()):
+        if self._items and not self._busy:
             self._busy = True
-            self._sender = asyncio.get_running_loop().create_task(self._run(), name=self._name)
+            sender = asyncio.get_running_loop().create_task(self._run(), name=self._name)
+            self._senders.add(sender)
+            sender.add_done_callback(self._senders.discard)
 
     async def _run(self) -> None:
         items, futures = self._items, self._futures
@@ -91,5 +93,5 @@ class Coalescer(Generic[I, R]):
 
     async def aclose(self) -> None:
         """Wait for the batch being sent (a closing client lets its accepted calls finish)."""
-        if self._sender is not None and not self._sender.done():
-            await asyncio.gather(self._sender, return_exceptions=True)
+        while self._senders:
+            await asyncio.gather(*self._senders, return_exceptions=True)
