@@ -90,3 +90,17 @@ async def test_a_failing_send_fails_its_whole_batch_and_the_next_batch_still_goe
         with pytest.raises(ConnectionError):
             await fut
     assert await asyncio.wait_for(later, 2) == 4
+
+
+async def test_a_send_that_answers_the_wrong_number_of_calls_fails_them_instead_of_hanging() -> None:
+    async def send(items: list[int]) -> list[int | BaseException]:
+        await asyncio.sleep(0.01)
+        return [1]  # one outcome whatever the batch
+
+    c: Coalescer[int, int] = Coalescer(send, "broken")
+    first = asyncio.ensure_future(c.submit(1))
+    await asyncio.sleep(0)
+    batch = [asyncio.ensure_future(c.submit(i)) for i in (2, 3)]
+    results = await asyncio.wait_for(asyncio.gather(first, *batch, return_exceptions=True), 2)
+    assert results[0] == 1
+    assert all(isinstance(r, RuntimeError) and "1 outcomes for 2 calls" in str(r) for r in results[1:])

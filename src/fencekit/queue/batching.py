@@ -83,6 +83,9 @@ class Coalescer(Generic[I, R]):
         finally:
             self._busy = False
             self._kick()
+        if len(outcomes) != len(futures):  # a bug in ``send``: fail the callers, never leave them waiting
+            error = RuntimeError(f"{self._name}: {len(outcomes)} outcomes for {len(futures)} calls")
+            outcomes = [error] * len(futures)
         for fut, outcome in zip(futures, outcomes, strict=True):
             if fut.done():
                 continue  # its caller was cancelled

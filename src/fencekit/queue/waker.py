@@ -83,6 +83,7 @@ class Waker:
         self.poll = poll
         self.wanted = asyncio.Event()
         self._backoff = Backoff(logger, f"consumer {name}: waiting for work")
+        self._logger = logger
         self._link: Link | None = None
         self._client_id: int | None = None  # of the wake connection, for CLIENT UNBLOCK
         self.claiming = False
@@ -132,7 +133,12 @@ class Waker:
                 continue
             self._backoff.succeeded()
             if claims:
-                self.on_claimed([item for item, _ in claims], replies)
+                try:
+                    self.on_claimed([item for item, _ in claims], replies)
+                except Exception:  # a bug must not end the wake-ups or keep the slots reserved
+                    self._logger.exception("consumer %s: taking the claims of a wake-up failed", self.name)
+                    self.on_lost()
+                    self.on_wake(None)
             else:
                 self.on_wake(self.wake_keys[as_text(reply[0])] if reply else None)
 
