@@ -40,7 +40,7 @@ RECHECK_S = 1.0
 """How often :class:`JobLines` looks again at where its lines go."""
 
 _get_running_loop = asyncio._get_running_loop  # the C accessor: no exception when there is none
-_handlers: list[LineHandler] = []
+_handlers: weakref.WeakSet[LineHandler] = weakref.WeakSet()  # for flush_all; not kept alive
 _job_lines: weakref.WeakSet[JobLines] = weakref.WeakSet()
 
 
@@ -87,7 +87,7 @@ class LineHandler(logging.StreamHandler):  # type: ignore[type-arg]
         self.setFormatter(LineFormatter())
         self._lines: list[str] = []
         self._scheduled = False
-        _handlers.append(self)
+        _handlers.add(self)
 
     def emit(self, record: logging.LogRecord) -> None:
         try:

@@ -121,3 +121,37 @@ async def test_an_acl_without_client_id_keeps_the_two_round_trip_wake_up(
         assert not [m for m in messages(fk.logger) if "waiting for work" in m]  # no failing wake-up
     finally:
         server.cleanup()
+
+
+async def test_a_bug_offering_claims_is_logged_and_the_wake_ups_go_on(redis_url: str) -> None:
+    from tests.queue_helpers import capture_logger
+
+    from fencekit._redis.url import parse_url
+    from fencekit.queue.waker import Waker
+
+    woken: list[str | None] = []
+    logger = capture_logger("test.fencekit.waker.bug")
+
+    def broken() -> None:
+        raise RuntimeError("a bug in claims()")
+
+    waker = Waker(
+        parse_url(redis_url),
+        watch=None,
+        link_kind="lean",
+        name="bug",
+        wake_keys={"fencekit:{wb}:wake": "wb"},
+        logger=logger,
+        on_wake=woken.append,
+        claims=broken,  # type: ignore[arg-type]
+    )
+    waker.wanted.set()
+    task = asyncio.create_task(waker.run())
+    try:
+        await eventually(lambda: len(woken) >= 2, what="wake-ups after the bug")
+        assert not task.done()
+        assert any("a bug in claims()" in m for m in messages(logger))
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await waker.aclose()

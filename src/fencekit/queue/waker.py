@@ -34,7 +34,7 @@ from fencekit._redis.run import as_text
 from fencekit._redis.scripts import Call
 from fencekit._redis.sentinel import MasterWatch
 from fencekit._redis.url import RedisTarget
-from fencekit.errors import FenceKitError, StoreError
+from fencekit.errors import FenceKitError
 from fencekit.queue.loops import Backoff
 
 __all__ = ["IDLE_POLL", "WAKE_CLAIM_QUEUES", "Waker"]
@@ -125,7 +125,7 @@ class Waker:
                         self.claiming = False
                 else:
                     reply = await link.execute("BLPOP", *keys, IDLE_POLL, timeout=IDLE_POLL + 5.0)
-            except StoreError as exc:
+            except Exception as exc:  # StoreError, or a bug: the back-off logs it; wake-ups go on
                 if claims:
                     self.on_lost()
                 await asyncio.sleep(self._backoff.failed(exc))
