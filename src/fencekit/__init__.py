@@ -30,6 +30,7 @@ from fencekit.errors import (
     PayloadError,
     StoreError,
 )
+from fencekit.hooks import FenceKitHooks, JobEvent
 from fencekit.pool import Pool
 from fencekit.primitives.canonical import canonicalize, dumps_json, idempotency_key, loads_json
 from fencekit.primitives.fence import AsyncFenceGate, FenceGate
@@ -89,6 +90,9 @@ __all__ = [  # noqa: RUF022 - grouped by topic
     "Task",
     "Worker",
     "current_job",
+    # observability
+    "FenceKitHooks",
+    "JobEvent",
     # settings
     "ClientOptions",
     "PoolOptions",

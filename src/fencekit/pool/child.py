@@ -210,8 +210,9 @@ async def _serve(
         logger=logger,
         lease_ok=lambda: lease_ok(board.beat_ok(), ttl),
         resets=board.resets,
+        hooks=app.hooks,
     )
-    client = Client.sharing(settings, redis)
+    client = Client.sharing(settings, redis, app.hooks)
     state = STARTING
 
     async def ticker() -> None:

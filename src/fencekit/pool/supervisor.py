@@ -98,6 +98,7 @@ class Supervisor:
             keys=KeySpace(settings["prefix"]),
             registry=self.registry,
             logger=self.logger,
+            hooks=app.hooks,
         )
         self.keys = self.services.keys
         self.stopping = False
@@ -137,7 +138,8 @@ class Supervisor:
         await self.services.open()
         await self.services.start_web()
         self._hooks_ran = True  # from here on, the shutdown hooks run at stop
-        await run_hooks(self.app.on_pool_startup, Client.sharing(self.settings, self.services.redis))
+        client = Client.sharing(self.settings, self.services.redis, self.app.hooks)
+        await run_hooks(self.app.on_pool_startup, client)
         self.board = Board(self.settings["procs"], self.registry.queues)
         self.board.set_beat_ok(time.monotonic())
         for child in self.children:
@@ -205,7 +207,7 @@ class Supervisor:
             return
         try:
             if self._hooks_ran:
-                client = Client.sharing(self.settings, self.services.redis)
+                client = Client.sharing(self.settings, self.services.redis, self.app.hooks)
                 hooks = run_hooks(self.app.on_pool_shutdown, client)
                 await self.services.bounded("the on_pool_shutdown hooks", hooks)
         finally:

@@ -26,13 +26,15 @@ for every decision and differ only in how a call is executed.
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from fencekit._redis import run as runner
 from fencekit._redis import scripts
 from fencekit._redis.keys import DEFAULT_PREFIX, KeySpace, validate_name
 from fencekit._redis.run import as_text
 from fencekit._redis.scripts import Call
-from fencekit.errors import ConfigError, FenceKitError
+from fencekit.errors import ConfigError, FencedOutError, FenceKitError
+from fencekit.hooks import FenceKitHooks, check_hooks
 from fencekit.primitives._common import (
     AsyncClient,
     SyncClient,
@@ -56,11 +58,21 @@ def _token(token: object) -> FenceToken:
 class FenceRules:
     """Keys, checks and script calls of one prefix; no I/O (shared by both gates and jobs)."""
 
-    __slots__ = ("fence_ttl_ms", "keys")
+    __slots__ = ("fence_ttl_ms", "hooks", "keys")
 
-    def __init__(self, prefix: str, fence_ttl: timedelta | None) -> None:
+    def __init__(self, prefix: str, fence_ttl: timedelta | None, hooks: FenceKitHooks | None = None) -> None:
         self.keys = KeySpace(prefix)
         self.fence_ttl_ms = 0 if fence_ttl is None else ttl_ms(fence_ttl, "fence_ttl")
+        self.hooks = check_hooks(hooks)
+
+    def told(self, token: object, error: BaseException | None, advanced: bool = True) -> None:
+        """Tell the hooks what became of ``token``: refused (``error`` is FencedOutError) or accepted."""
+        if self.hooks is None or not isinstance(token, FenceToken):
+            return
+        if isinstance(error, FencedOutError):
+            self.hooks.fence_rejected(token.resource, token.value)
+        elif error is None and advanced:
+            self.hooks.fence_advanced(token.resource, token.value)
 
     def write(self, token: object, key: object, value: object) -> tuple[FenceToken, str, str, FenceValue]:
         """A fenced write's ``(token, fence key, target key, value)``, checked (also for job writes)."""
@@ -122,9 +134,11 @@ class FenceGate:
         *,
         prefix: str = DEFAULT_PREFIX,
         fence_ttl: timedelta | None = None,
+        hooks: FenceKitHooks | None = None,
     ) -> None:
+        """``hooks``: callbacks told of each token accepted or refused (:mod:`fencekit.hooks`)."""
         self._redis = require_sync_client(redis, "FenceGate")
-        self._rules = FenceRules(prefix, fence_ttl)
+        self._rules = FenceRules(prefix, fence_ttl, hooks)
 
     @property
     def prefix(self) -> str:
@@ -140,7 +154,7 @@ class FenceGate:
         Advances the fence to ``token``. Raises :class:`FencedOutError` (and
         writes nothing) when a newer token was accepted for the resource.
         """
-        runner.run(self._redis, self._rules.set_call(token, key, value))
+        self._send(token, self._rules.set_call(token, key, value))
 
     def check(self, token: FenceToken) -> int:
         """Diagnostic: the fence's current value if ``token`` would pass, else FencedOutError.
@@ -148,17 +162,26 @@ class FenceGate:
         Does not advance the fence; a write after a check races with newer
         holders, so write with :meth:`set_if_fresh` or :meth:`check_and_advance`.
         """
-        return self._rules.as_int(runner.run(self._redis, self._rules.check_call(token)))
+        return self._rules.as_int(self._send(token, self._rules.check_call(token), advances=False))
 
     def check_and_advance(self, token: FenceToken) -> None:
         """Accept ``token`` and record it as the newest; FencedOutError if it is older."""
-        runner.run(self._redis, self._rules.advance_call(token))
+        self._send(token, self._rules.advance_call(token))
 
     def current_max(self, resource: str) -> int:
         """The largest token accepted for ``resource``, 0 when none."""
         key = self._rules.keys.fence(resource)
         with runner.translated():
             return self._rules.as_int(self._redis.get(key))
+
+    def _send(self, token: object, call: Call, advances: bool = True) -> Any:
+        try:
+            reply = runner.run(self._redis, call)
+        except FencedOutError as exc:
+            self._rules.told(token, exc)
+            raise
+        self._rules.told(token, None, advances)
+        return reply
 
     def __repr__(self) -> str:
         return f"FenceGate(prefix={self.prefix!r})"
@@ -175,9 +198,11 @@ class AsyncFenceGate:
         *,
         prefix: str = DEFAULT_PREFIX,
         fence_ttl: timedelta | None = None,
+        hooks: FenceKitHooks | None = None,
     ) -> None:
+        """``hooks``: callbacks told of each token accepted or refused (:mod:`fencekit.hooks`)."""
         self._redis = require_async_client(redis, "AsyncFenceGate")
-        self._rules = FenceRules(prefix, fence_ttl)
+        self._rules = FenceRules(prefix, fence_ttl, hooks)
 
     @property
     def prefix(self) -> str:
@@ -189,21 +214,30 @@ class AsyncFenceGate:
 
     async def set_if_fresh(self, token: FenceToken, key: str, value: FenceValue) -> None:
         """See :meth:`FenceGate.set_if_fresh`."""
-        await runner.arun(self._redis, self._rules.set_call(token, key, value))
+        await self._send(token, self._rules.set_call(token, key, value))
 
     async def check(self, token: FenceToken) -> int:
         """See :meth:`FenceGate.check`."""
-        return self._rules.as_int(await runner.arun(self._redis, self._rules.check_call(token)))
+        return self._rules.as_int(await self._send(token, self._rules.check_call(token), advances=False))
 
     async def check_and_advance(self, token: FenceToken) -> None:
         """See :meth:`FenceGate.check_and_advance`."""
-        await runner.arun(self._redis, self._rules.advance_call(token))
+        await self._send(token, self._rules.advance_call(token))
 
     async def current_max(self, resource: str) -> int:
         """See :meth:`FenceGate.current_max`."""
         key = self._rules.keys.fence(resource)
         with runner.translated():
             return self._rules.as_int(await self._redis.get(key))
+
+    async def _send(self, token: object, call: Call, advances: bool = True) -> Any:
+        try:
+            reply = await runner.arun(self._redis, call)
+        except FencedOutError as exc:
+            self._rules.told(token, exc)
+            raise
+        self._rules.told(token, None, advances)
+        return reply
 
     def __repr__(self) -> str:
         return f"AsyncFenceGate(prefix={self.prefix!r})"

@@ -43,6 +43,7 @@ from fencekit._redis.keys import DEFAULT_PREFIX, KeySpace
 from fencekit._redis.run import as_text
 from fencekit._redis.scripts import Call
 from fencekit.errors import FenceKitError, IdempotencyResultMissing
+from fencekit.hooks import FenceKitHooks, check_hooks
 from fencekit.primitives._common import (
     AsyncClient,
     SyncClient,
@@ -82,11 +83,12 @@ _OUTCOMES = {
 class _IdemRules:
     """Keys, checks, script calls and reply reading for one prefix and owner; no I/O."""
 
-    __slots__ = ("keys", "owner_id")
+    __slots__ = ("hooks", "keys", "owner_id")
 
-    def __init__(self, prefix: str, owner_id: object) -> None:
+    def __init__(self, prefix: str, owner_id: object, hooks: FenceKitHooks | None) -> None:
         self.keys = KeySpace(prefix)
         self.owner_id: str = resolve_owner(owner_id)
+        self.hooks = check_hooks(hooks)
 
     def begin_call(self, key: str, ttl: object) -> Call:
         return scripts.idem_begin(
@@ -96,11 +98,17 @@ class _IdemRules:
             ttl_s=ttl_seconds(ttl),
         )
 
-    @staticmethod
-    def begun(reply: object) -> bool:
+    def begun(self, key: str, reply: object) -> bool:
         if reply not in (0, 1):
             raise FenceKitError(f"unexpected reply from idem_begin.lua: {reply!r}")
+        if self.hooks is not None:
+            self.hooks.idempotency_begin(key, reply == 1)
         return reply == 1
+
+    def done(self, key: str, result: object) -> None:
+        """``mark_done`` landed (hooks are told whether a memo was stored)."""
+        if self.hooks is not None:
+            self.hooks.idempotency_done(key, result is not MISSING)
 
     def done_call(self, key: str, ttl: object, result: object) -> Call:
         ttl_s = 0 if ttl is None else ttl_seconds(ttl)
@@ -124,11 +132,12 @@ class _IdemRules:
             reserve_ms=ttl_ms(reserve, "reserve"),
         )
 
-    @staticmethod
-    def outcome(reply: bytes | str | None) -> BeginOutcome:
+    def outcome(self, key: str, reply: bytes | str | None) -> BeginOutcome:
         outcome = _OUTCOMES.get(as_text(reply) or "")
         if outcome is None:
             raise FenceKitError(f"unexpected reply from idem_reclaim.lua: {reply!r}")
+        if self.hooks is not None:
+            self.hooks.idempotency_outcome(key, outcome)
         return outcome
 
     @staticmethod
@@ -158,10 +167,16 @@ class IdempotencyGuard:
     __slots__ = ("_redis", "_rules")
 
     def __init__(
-        self, redis: SyncClient, *, prefix: str = DEFAULT_PREFIX, owner_id: str | None = None
+        self,
+        redis: SyncClient,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        owner_id: str | None = None,
+        hooks: FenceKitHooks | None = None,
     ) -> None:
+        """``hooks``: callbacks told of each begin, outcome and done (:mod:`fencekit.hooks`)."""
         self._redis = require_sync_client(redis, "IdempotencyGuard")
-        self._rules = _IdemRules(prefix, owner_id)
+        self._rules = _IdemRules(prefix, owner_id, hooks)
 
     @property
     def owner_id(self) -> str:
@@ -177,7 +192,7 @@ class IdempotencyGuard:
         ``ttl`` (at least 1 s) bounds both how long a pending key blocks
         others and how long a done key is remembered.
         """
-        return self._rules.begun(runner.run(self._redis, self._rules.begin_call(key, ttl)))
+        return self._rules.begun(key, runner.run(self._redis, self._rules.begin_call(key, ttl)))
 
     def mark_done(self, key: str, *, ttl: timedelta | None = None, result: Any = MISSING) -> None:
         """Mark ``key`` done; only the owner that began it may.
@@ -188,6 +203,7 @@ class IdempotencyGuard:
         :class:`IdempotencyNotOwned` when ``key`` is not pending for this owner.
         """
         runner.run(self._redis, self._rules.done_call(key, ttl, result))
+        self._rules.done(key, result)
 
     def status(self, key: str) -> Status | None:
         """``"pending"``, ``"done"`` or ``None`` (absent or expired)."""
@@ -220,7 +236,7 @@ class IdempotencyGuard:
         if not isinstance(lock, DistributedLock):
             raise TypeError(f"lock must be a DistributedLock, got {type(lock).__name__}")
         call = self._rules.reclaim_call(key, lock.lock_key(lock_resource), ttl, reserve)
-        return self._rules.outcome(runner.run(self._redis, call))
+        return self._rules.outcome(key, runner.run(self._redis, call))
 
     def get_result(self, key: str) -> Any:
         """The memo stored by ``mark_done(key, result=...)``.
@@ -241,10 +257,16 @@ class AsyncIdempotencyGuard:
     __slots__ = ("_redis", "_rules")
 
     def __init__(
-        self, redis: AsyncClient, *, prefix: str = DEFAULT_PREFIX, owner_id: str | None = None
+        self,
+        redis: AsyncClient,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        owner_id: str | None = None,
+        hooks: FenceKitHooks | None = None,
     ) -> None:
+        """``hooks``: callbacks told of each begin, outcome and done (:mod:`fencekit.hooks`)."""
         self._redis = require_async_client(redis, "AsyncIdempotencyGuard")
-        self._rules = _IdemRules(prefix, owner_id)
+        self._rules = _IdemRules(prefix, owner_id, hooks)
 
     @property
     def owner_id(self) -> str:
@@ -256,11 +278,12 @@ class AsyncIdempotencyGuard:
 
     async def try_begin(self, key: str, *, ttl: timedelta) -> bool:
         """See :meth:`IdempotencyGuard.try_begin`."""
-        return self._rules.begun(await runner.arun(self._redis, self._rules.begin_call(key, ttl)))
+        return self._rules.begun(key, await runner.arun(self._redis, self._rules.begin_call(key, ttl)))
 
     async def mark_done(self, key: str, *, ttl: timedelta | None = None, result: Any = MISSING) -> None:
         """See :meth:`IdempotencyGuard.mark_done`."""
         await runner.arun(self._redis, self._rules.done_call(key, ttl, result))
+        self._rules.done(key, result)
 
     async def status(self, key: str) -> Status | None:
         """See :meth:`IdempotencyGuard.status`."""
@@ -286,7 +309,7 @@ class AsyncIdempotencyGuard:
         if not isinstance(lock, AsyncDistributedLock):
             raise TypeError(f"lock must be an AsyncDistributedLock, got {type(lock).__name__}")
         call = self._rules.reclaim_call(key, lock.lock_key(lock_resource), ttl, reserve)
-        return self._rules.outcome(await runner.arun(self._redis, call))
+        return self._rules.outcome(key, await runner.arun(self._redis, call))
 
     async def get_result(self, key: str) -> Any:
         """See :meth:`IdempotencyGuard.get_result`."""

@@ -48,6 +48,7 @@ from fencekit._redis import scripts
 from fencekit._redis.keys import DEFAULT_PREFIX, KeySpace
 from fencekit._redis.scripts import Call
 from fencekit.errors import ConfigError, FenceKitError, LockNotAcquired
+from fencekit.hooks import FenceKitHooks, check_hooks
 from fencekit.primitives._common import (
     AsyncClient,
     SyncClient,
@@ -82,10 +83,15 @@ def _release_failed(body_error: BaseException, release_error: FenceKitError) -> 
 class _LockRules:
     """Keys and script calls of one prefix; no I/O."""
 
-    __slots__ = ("keys",)
+    __slots__ = ("hooks", "keys")
 
-    def __init__(self, prefix: str) -> None:
+    def __init__(self, prefix: str, hooks: FenceKitHooks | None) -> None:
         self.keys = KeySpace(prefix)
+        self.hooks = check_hooks(hooks)
+
+    def released(self, handle: LockHandle) -> None:
+        if self.hooks is not None:
+            self.hooks.lock_released(handle.resource)
 
     def lock_key(self, resource: str) -> str:
         return self.keys.lock(resource)
@@ -120,6 +126,7 @@ class _LockRules:
     ) -> _Acquisition:
         return _Acquisition(
             self.keys,
+            self.hooks,
             resource,
             ttl=ttl,
             owner_id=owner_id,
@@ -137,11 +144,12 @@ class _Acquisition:
     :class:`LockNotAcquired` when there is no time left) and try again.
     """
 
-    __slots__ = ("_deadline", "_interval", "_wait", "call", "owner_id", "resource", "ttl")
+    __slots__ = ("_deadline", "_hooks", "_interval", "_wait", "call", "owner_id", "resource", "ttl")
 
     def __init__(
         self,
         keys: KeySpace,
+        hooks: FenceKitHooks | None,
         resource: str,
         *,
         ttl: object,
@@ -151,6 +159,7 @@ class _Acquisition:
         retry_interval: object,
     ) -> None:
         lease_ms = ttl_ms(ttl)
+        self._hooks = hooks
         self.ttl = timedelta_arg(ttl, "ttl")
         self.resource = resource
         self.owner_id = resolve_owner(owner_id)
@@ -181,6 +190,8 @@ class _Acquisition:
             return None
         if isinstance(reply, bool) or not isinstance(reply, int):
             raise FenceKitError(f"unexpected reply from lock_acquire.lua: {reply!r}")
+        if self._hooks is not None:
+            self._hooks.lock_acquired(self.resource, reply)
         return LockHandle(self.resource, self.owner_id, FenceToken(reply, self.resource), self.ttl)
 
     def next_delay(self) -> float:
@@ -188,6 +199,8 @@ class _Acquisition:
         remaining = self._deadline - time.monotonic()
         if self._wait is None or remaining <= 0:
             detail = f" within {self._wait}" if self._wait is not None else ""
+            if self._hooks is not None:
+                self._hooks.lock_acquire_failed(self.resource)
             raise LockNotAcquired(f"lock on {self.resource!r} is held by another owner{detail}")
         return min(self._interval, remaining)
 
@@ -204,9 +217,12 @@ class DistributedLock:
 
     __slots__ = ("_redis", "_rules")
 
-    def __init__(self, redis: SyncClient, *, prefix: str = DEFAULT_PREFIX) -> None:
+    def __init__(
+        self, redis: SyncClient, *, prefix: str = DEFAULT_PREFIX, hooks: FenceKitHooks | None = None
+    ) -> None:
+        """``hooks``: callbacks told of each grant, refusal and release (:mod:`fencekit.hooks`)."""
         self._redis = require_sync_client(redis, "DistributedLock")
-        self._rules = _LockRules(prefix)
+        self._rules = _LockRules(prefix, hooks)
 
     @property
     def prefix(self) -> str:
@@ -249,6 +265,7 @@ class DistributedLock:
     def release(self, handle: LockHandle) -> None:
         """End this grant's lease; :class:`LockNotOwned` if it is gone already."""
         runner.run(self._redis, self._rules.release_call(handle))
+        self._rules.released(handle)
 
     def extend(self, handle: LockHandle, *, ttl: timedelta) -> LockHandle:
         """Set this grant's lease to ``ttl`` from now; the same token, a new ``ttl``.
@@ -305,9 +322,12 @@ class AsyncDistributedLock:
 
     __slots__ = ("_redis", "_rules")
 
-    def __init__(self, redis: AsyncClient, *, prefix: str = DEFAULT_PREFIX) -> None:
+    def __init__(
+        self, redis: AsyncClient, *, prefix: str = DEFAULT_PREFIX, hooks: FenceKitHooks | None = None
+    ) -> None:
+        """``hooks``: callbacks told of each grant, refusal and release (:mod:`fencekit.hooks`)."""
         self._redis = require_async_client(redis, "AsyncDistributedLock")
-        self._rules = _LockRules(prefix)
+        self._rules = _LockRules(prefix, hooks)
 
     @property
     def prefix(self) -> str:
@@ -345,6 +365,7 @@ class AsyncDistributedLock:
     async def release(self, handle: LockHandle) -> None:
         """See :meth:`DistributedLock.release`."""
         await runner.arun(self._redis, self._rules.release_call(handle))
+        self._rules.released(handle)
 
     async def extend(self, handle: LockHandle, *, ttl: timedelta) -> LockHandle:
         """See :meth:`DistributedLock.extend`."""

@@ -38,6 +38,8 @@ from fencekit._redis.link import Link, open_link, wait_replicas
 from fencekit._redis.run import Durability, apipeline, translated
 from fencekit._redis.url import parse_url
 from fencekit.errors import ConfigError, DurabilityError, FenceKitError, JobNotFound, PayloadError, StoreError
+from fencekit.hooks import FenceKitHooks, JobEvent, check_hooks
+from fencekit.queue import codec
 from fencekit.queue.batching import Coalescer
 from fencekit.queue.enqueue import Enqueued, EnqueuePlan, encode
 from fencekit.queue.handle import Queue, QueueStats
@@ -63,20 +65,30 @@ class Client:
         redis_url: str | None = None,
         *,
         redis: redis.asyncio.Redis | None = None,
+        hooks: FenceKitHooks | None = None,
         **options: Unpack[ClientOptions],
     ) -> None:
-        """``redis`` reuses a redis-py client instead of opening one (it is not closed here)."""
+        """``redis`` reuses a redis-py client instead of opening one (it is not closed here).
+
+        ``hooks`` (:mod:`fencekit.hooks`) are told of every enqueue and may
+        carry a trace context in each task.
+        """
         settings: ClientSettings = resolve(ClientSettings, with_url(redis_url, options), owner="Client")
-        self._setup(settings, redis)
+        self._setup(settings, redis, hooks)
 
     @classmethod
-    def sharing(cls, settings: Mapping[str, Any], redis: redis.asyncio.Redis) -> Client:
+    def sharing(
+        cls, settings: Mapping[str, Any], redis: redis.asyncio.Redis, hooks: FenceKitHooks | None = None
+    ) -> Client:
         """A client on ``redis`` with the settings a ``Server`` or pool resolved already."""
         client = cls.__new__(cls)
-        client._setup({name: settings[name] for name in table(ClientSettings)}, redis)  # type: ignore[arg-type]
+        client._setup({name: settings[name] for name in table(ClientSettings)}, redis, hooks)  # type: ignore[arg-type]
         return client
 
-    def _setup(self, settings: ClientSettings, redis: redis.asyncio.Redis | None) -> None:
+    def _setup(
+        self, settings: ClientSettings, redis: redis.asyncio.Redis | None, hooks: FenceKitHooks | None
+    ) -> None:
+        self.hooks = check_hooks(hooks)
         self.settings = settings
         self.target = parse_url(settings["redis_url"])
         self.keys = KeySpace(settings["prefix"])
@@ -166,12 +178,37 @@ class Client:
     async def _enqueue(self, tasks: list[Task], delay_ms: int) -> list[Enqueued]:
         if not tasks:
             return []
+        if self.hooks is not None:
+            return await self._enqueue_observed(self.hooks, tasks, delay_ms)
         envelopes = encode(tasks, max_payload=self.max_payload, keep_result=self.keep_result)
         new = [q for q in dict.fromkeys(t.queue for t in tasks) if q not in self._known_queues]
         if new:
             await register_queues(self.redis, self.keys, new)
             self._known_queues.update(new)
         return await self._batcher.submit((tasks, envelopes, delay_ms))
+
+    async def _enqueue_observed(
+        self, hooks: FenceKitHooks, tasks: list[Task], delay_ms: int
+    ) -> list[Enqueued]:
+        """:meth:`_enqueue` telling ``hooks`` of each task's outcome (with its error when refused)."""
+        envelopes: list[bytes] = []
+        error: BaseException | None = None
+        try:
+            envelopes = encode(tasks, max_payload=self.max_payload, keep_result=self.keep_result, hooks=hooks)
+            new = [q for q in dict.fromkeys(t.queue for t in tasks) if q not in self._known_queues]
+            if new:
+                await register_queues(self.redis, self.keys, new)
+                self._known_queues.update(new)
+            return await self._batcher.submit((tasks, envelopes, delay_ms))
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            now = time.time_ns()
+            for i, task in enumerate(tasks):
+                trace = codec.decode(envelopes[i]).trace if i < len(envelopes) else None
+                event = JobEvent(task.queue, task.operation, task.jid, task.attempt, None, trace, at_ns=now)
+                hooks.job("enqueued", event._replace(error=error))
 
     async def _send(self, batch: list[_Enqueue]) -> list[list[Enqueued] | BaseException]:
         """Send the enqueues of one batch (:mod:`fencekit.queue.batching`): one plan per delay."""

@@ -7,8 +7,9 @@ An envelope is a JSON object::
 
 and, only when the task sets them, ``"timeout"`` (seconds the run may take),
 ``"expires_at"`` (Unix ms after which it is not started), ``"keep"`` (ms
-its finished record is kept: the task has a record) and ``"unique"`` (its
-``unique_key``), so a task that sets none of them is encoded and decoded
+its finished record is kept: the task has a record), ``"unique"`` (its
+``unique_key``) and ``"trace"`` (the W3C ``traceparent`` of the request that
+enqueued it, when hooks trace: :mod:`fencekit.hooks`), so a task that sets none of them is encoded and decoded
 exactly as before.
 
 ``params`` must be plain JSON (dicts with ``str`` keys, lists, tuples, ``str``,
@@ -41,6 +42,7 @@ __all__ = [
 ]
 
 DEFAULT_MAX_PAYLOAD = 1 << 20  # 1 MiB per envelope
+MAX_TRACE = 512  # characters of a carried trace context (a traceparent is 55)
 _MAX_DEPTH = 64
 _MIN_INT, _MAX_INT = -(2**63), 2**64 - 1
 
@@ -58,6 +60,7 @@ class Envelope(NamedTuple):
     expires_at: int | None = None
     keep: int | None = None
     unique: str | None = None
+    trace: str | None = None
 
     def encode(self) -> bytes:
         return self.next_attempt(self.attempt)
@@ -75,6 +78,7 @@ class Envelope(NamedTuple):
             expires_at=self.expires_at,
             keep=self.keep,
             unique=self.unique,
+            trace=self.trace,
         )
 
 
@@ -160,6 +164,7 @@ def encode(
     expires_at: int | None = None,
     keep: int | None = None,
     unique: str | None = None,
+    trace: str | None = None,
 ) -> bytes:
     """Encode an envelope (:func:`check_params` ran at enqueue, or at decode)."""
     data: dict[str, Any] = {
@@ -178,6 +183,8 @@ def encode(
         data["keep"] = keep
     if unique is not None:
         data["unique"] = unique
+    if trace is not None:
+        data["trace"] = trace
     try:
         return orjson.dumps(data)
     except TypeError as exc:
@@ -228,7 +235,12 @@ def decode(raw: bytes | str) -> Envelope:
     unique = data.get("unique")
     if unique is not None and not is_jid(unique):
         raise PayloadError("field 'unique' must be a unique key: printable characters without whitespace")
-    return Envelope(jid, queue, operation, params, attempt, enqueued_at, timeout, expires_at, keep, unique)
+    trace = data.get("trace")
+    if trace is not None and not (isinstance(trace, str) and 0 < len(trace) <= MAX_TRACE):
+        raise PayloadError(f"field 'trace' must be a trace context: a string of 1 to {MAX_TRACE} characters")
+    return Envelope(
+        jid, queue, operation, params, attempt, enqueued_at, timeout, expires_at, keep, unique, trace
+    )
 
 
 def is_timeout(value: object) -> bool:

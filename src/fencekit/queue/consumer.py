@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
@@ -39,10 +40,12 @@ from fencekit._redis.link import Link, open_link, wait_replicas
 from fencekit._redis.run import Durability
 from fencekit._redis.url import RedisTarget
 from fencekit.errors import ConfigError, FencedOutError, StoreError
+from fencekit.hooks import FenceKitHooks, check_hooks
 from fencekit.queue import settle
 from fencekit.queue.cancels import CancelListener
 from fencekit.queue.client import Client
 from fencekit.queue.loops import Backoff
+from fencekit.queue.observe import Observer
 from fencekit.queue.outbox import AckClaim, Outbox, Settle, Turn
 from fencekit.queue.perform import ConsumerStats, Performer
 from fencekit.queue.refusals import Refusals
@@ -81,6 +84,7 @@ class Consumer:
         lease_ok: Callable[[], bool] | None = None,
         resets: Callable[[], int] | None = None,
         on_turn: Callable[[], None] | None = None,
+        hooks: FenceKitHooks | None = None,
     ) -> None:
         self.target = target
         self.keys = keys
@@ -132,6 +136,8 @@ class Consumer:
         self._link: Link | None = None
         self._backoff = Backoff(logger, f"consumer {consumer_id}: claiming")
         self._refusals = Refusals(consumer_id, logger, self.stats, settings["heartbeat_ttl"], resets)
+        checked = check_hooks(hooks)
+        self._observer = Observer(checked) if checked is not None else None
         self._performer = Performer(
             keys=keys,
             registry=registry,
@@ -142,9 +148,10 @@ class Consumer:
             stats=self.stats,
             logger=logger,
             run_call=self._call,
-            client=Client.sharing(settings, redis_client),
+            client=Client.sharing(settings, redis_client, hooks),
             wake=self._event.set,
             max_payload=settings["max_payload"],
+            observer=self._observer,
         )
 
     # public ---------------------------------------------------------------
@@ -217,6 +224,8 @@ class Consumer:
                 link = await self._connected()
                 if self._reconcile:
                     await self._do_reconcile(link, turn)
+                if self._observer is not None:
+                    self._observer.claimed_ns = time.time_ns()
                 replies = await link.pipeline(turn.calls)
             except StoreError as exc:
                 self.outbox.restore(turn)
@@ -310,6 +319,8 @@ class Consumer:
             self._refusals.refused(key, self.outbox.jid(*key), "ack of")
         for token in item.acks:
             self.outbox.done(queue, token)
+        if self._observer is not None:
+            self._observed(item, fenced)
         self._refusals.settled((queue, token) for token in item.acks)
         self.stats.processed += len(item.acks) - len(fenced)
         if not item.want:
@@ -323,8 +334,25 @@ class Consumer:
             self._start(queue, first + i, raw)
         self.stats.claimed += len(envelopes)
 
+    def _observed(self, item: AckClaim, fenced: Sequence[Any]) -> None:
+        """Tell the hooks which acks of ``item`` landed and which Redis refused."""
+        assert self._observer is not None
+        refused = {int(raw) for raw in fenced}
+        for token in item.acks:
+            if token in refused:
+                self._observer.refused(item.queue, token)
+            else:
+                self._observer.landed(item.queue, token)
+
     def _absorb_settle(self, item: Settle, reply: Any) -> None:
         key = (item.queue, item.token)
+        if self._observer is not None:
+            if isinstance(reply, FencedOutError):
+                self._observer.refused(*key)
+            elif not isinstance(reply, BaseException):
+                self._observer.landed(*key)
+            else:
+                self._observer.forget(*key)
         if isinstance(reply, FencedOutError):
             self._refusals.refused(key, self.outbox.jid(*key), "settling")
         jid = self.outbox.done(*key)
@@ -409,6 +437,8 @@ class Consumer:
         if self._stopping:
             return  # left in the in-flight hash: run() returns them at its end
         claimed = set()
+        if self._observer is not None:
+            self._observer.claimed_ns = time.time_ns()
         for item, reply in zip(items, replies, strict=True):
             if isinstance(reply, BaseException):
                 continue  # (NOSCRIPT after a restart, ...): the loop claims it itself and reports

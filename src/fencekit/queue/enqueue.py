@@ -17,21 +17,31 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from fencekit._redis import scripts
-from fencekit._redis.keys import KeySpace
+from fencekit._redis.keys import KeySpace, is_jid
 from fencekit._redis.run import as_text
 from fencekit.errors import PayloadError
+from fencekit.hooks import FenceKitHooks
+from fencekit.queue.ids import uuid7
 from fencekit.queue.task import Task
 
 __all__ = ["EnqueuePlan", "Enqueued", "encode"]
 
 
-def encode(tasks: Sequence[Task], *, max_payload: int, keep_result: float) -> list[bytes]:
+def encode(
+    tasks: Sequence[Task], *, max_payload: int, keep_result: float, hooks: FenceKitHooks | None = None
+) -> list[bytes]:
     """Validate and encode every task (all or nothing: the first bad one raises)."""
     envelopes: list[bytes] = []
     for task in tasks:
         if not isinstance(task, Task):
             raise PayloadError(f"enqueue takes Task objects, got {type(task).__name__}")
-        envelopes.append(task.envelope(max_payload, keep_result))
+        if hooks is None:
+            envelopes.append(task.envelope(max_payload, keep_result))
+            continue
+        if task.jid is None:
+            task.jid = uuid7()  # the trace hook is told the jid
+        trace = hooks.trace_of(task.queue, task.operation, task.jid) if is_jid(task.jid) else None
+        envelopes.append(task.envelope(max_payload, keep_result, trace))
     return envelopes
 
 

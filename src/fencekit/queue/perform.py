@@ -27,6 +27,7 @@ from fencekit.primitives.fence import FenceRules
 from fencekit.queue import codec, records, settle
 from fencekit.queue.histogram import DurationHistogram, QueueDurations
 from fencekit.queue.job import Job, JobSite, fenced_writes, set_current
+from fencekit.queue.observe import Observer
 from fencekit.queue.outbox import Outbox
 from fencekit.queue.settle import Delivery, Retention
 from fencekit.queue.worker import WorkerRegistry, WorkerSpec
@@ -99,6 +100,7 @@ class Performer:
         client: Client,
         wake: Callable[[], None],
         max_payload: int = codec.DEFAULT_MAX_PAYLOAD,
+        observer: Observer | None = None,
     ) -> None:
         self.keys = keys
         self.registry = registry
@@ -112,6 +114,7 @@ class Performer:
         self.client = client
         self.wake = wake
         self.max_payload = max_payload
+        self.observer = observer
         rules = FenceRules(keys.prefix, timedelta(milliseconds=retention.fence_ttl_ms))
         writes = fenced_writes(run_call)
         self.sites = {
@@ -153,6 +156,8 @@ class Performer:
             envelope.jid, envelope.operation, envelope.attempt, envelope.params, token, self.sites[queue]
         )
         set_current(job)
+        if self.observer is not None:
+            self.observer.started(queue, token, envelope)
         if self.lines.on:
             self.lines.info(
                 "task %s started: %s/%s attempt %d of %d",
@@ -175,6 +180,8 @@ class Performer:
         except asyncio.CancelledError:
             if self._settled_elsewhere(queue, token, envelope, job, returned=False):
                 return
+            if self.observer is not None:
+                self.observer.ended_here(queue, token, "returned")
             raise  # stopping: the task goes back to its queue with the same attempt
         except Exception as exc:
             if not self._settled_elsewhere(queue, token, envelope, job, returned=False):
@@ -190,6 +197,8 @@ class Performer:
             return
         if self.lines.on:
             self.lines.info("task %s completed in %.3fs", envelope.jid, time.perf_counter() - started)
+        if self.observer is not None:
+            self.observer.decided(queue, token, "succeeded")
         if plain:
             self.outbox.ack(queue, token, envelope.jid)
         else:
@@ -216,6 +225,8 @@ class Performer:
         except PayloadError as exc:
             self.stats.failed += 1
             self.logger.error("task %s failed: %s", envelope.jid, exc)
+            if self.observer is not None:
+                self.observer.decided(queue, token, "failed", exc)
             call = settle.fail(
                 self.keys,
                 self.delivery(queue, token),
@@ -297,6 +308,8 @@ class Performer:
             self.cancelled.discard(key)
             job.fence_locally("was cancelled")
             self.stats.cancelled += 1
+            if self.observer is not None:
+                self.observer.ended_here(queue, token, "cancelled")
             self.logger.info(
                 "task %s (%s/%s) cancelled while running", envelope.jid, queue, envelope.operation
             )
@@ -344,6 +357,15 @@ class Performer:
             )
         else:
             what = f"task {envelope.jid} failed ({attempt})"
+        if self.observer is not None:
+            self.observer.decided(
+                queue,
+                token,
+                "failed" if following is None else "retried",
+                exc if exc is not None else TimeoutError(error.message),
+                None if following is None else policy.delay(envelope.attempt),
+                envelope,
+            )
         if following is None:
             self.stats.failed += 1
             if exc is not None:
@@ -370,6 +392,8 @@ class Performer:
         self.wake()
 
     def _dead(self, queue: str, token: int, jid: str | None, reason: str) -> None:
+        if self.observer is not None:
+            self.observer.decided(queue, token, "failed", PayloadError(reason), jid=jid)
         call = settle.fail(
             self.keys,
             self.delivery(queue, token),

@@ -26,8 +26,10 @@ import redis.asyncio
 from fencekit._redis import scripts
 from fencekit._redis.keys import KeySpace
 from fencekit._redis.run import apipeline, arun, as_text, translated
+from fencekit.hooks import FenceKitHooks, check_hooks
 from fencekit.queue import settle
 from fencekit.queue.loops import Backoff, Loop
+from fencekit.queue.observe import event_of_raw
 from fencekit.queue.registry import ConsumerRecord, known_queues
 from fencekit.queue.settle import Delivery, Retention
 from fencekit.queue.worker import WorkerRegistry
@@ -55,8 +57,11 @@ class Reaper:
         logger: logging.Logger,
         retention: Retention,
         alive: Callable[[], Collection[str]] | None = None,
+        hooks: FenceKitHooks | None = None,
     ) -> None:
+        """``hooks``: told of each task taken from a dead consumer (``on_reaped``)."""
         self.client = client
+        self.hooks = check_hooks(hooks)
         self.keys = keys
         self.registry = registry
         self.ttl = ttl
@@ -158,10 +163,13 @@ class Reaper:
             verdicts = [self._judge(queue, inflight, field, raw, crashed) for field, raw in entries.items()]
             if verdicts:
                 results = await apipeline(self.client, [v.call for v in verdicts])
-                for verdict, result in zip(verdicts, results):
+                for verdict, result, (field, raw) in zip(verdicts, results, entries.items()):
                     if not isinstance(result, BaseException):
                         moved += 1
                         self._log(verdict, queue, consumer_id)
+                        if self.hooks is not None:
+                            token = settle.delivery_token(field)
+                            self.hooks.job("reaped", event_of_raw(queue, token, raw))
             if cursor == 0:
                 return moved
 

@@ -41,10 +41,16 @@ class Task:
     unique_key: str | None = None
     unique_for: float | timedelta | None = None
 
-    def envelope(self, max_payload: int = codec.DEFAULT_MAX_PAYLOAD, keep_result: float = 0.0) -> bytes:
+    def envelope(
+        self,
+        max_payload: int = codec.DEFAULT_MAX_PAYLOAD,
+        keep_result: float = 0.0,
+        trace: str | None = None,
+    ) -> bytes:
         """Validate the task, fill in ``jid``, and return its encoded envelope.
 
-        ``keep_result`` is the retention (seconds) when the task sets none.
+        ``keep_result`` is the retention (seconds) when the task sets none;
+        ``trace`` a trace context to carry (:attr:`~fencekit.hooks.FenceKitHooks.trace_enqueue`).
         """
         validate_queue(self.queue)
         if not isinstance(self.operation, str) or not self.operation:
@@ -75,6 +81,7 @@ class Task:
             expires_at=_expires_at(self.expires, now_ms),
             keep=self.keep_ms(keep_result),
             unique=self.unique_key,
+            trace=trace,
         )
         if len(raw) > max_payload:
             raise PayloadError(

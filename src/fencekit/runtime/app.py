@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from fencekit.errors import ConfigError
+from fencekit.hooks import FenceKitHooks, check_hooks
 from fencekit.runtime.hooks import Hook, check_hook
 
 __all__ = ["App", "import_path", "load_app", "load_worker_paths", "load_workers"]
@@ -27,7 +28,9 @@ class App:
     ``on_startup``/``on_shutdown`` run in every process that runs jobs (each
     pool child); ``on_pool_startup``/``on_pool_shutdown`` once per pool, in
     the supervisor (the demo seeds its first task there). Each hook is an
-    ``async def`` of no argument or of the process's ``Client``.
+    ``async def`` of no argument or of the process's ``Client``. ``hooks``
+    (:class:`~fencekit.hooks.FenceKitHooks`) are told of every job of each
+    child, of their enqueues, and of the supervisor's reaps.
     """
 
     workers: Sequence[object]
@@ -35,8 +38,10 @@ class App:
     on_shutdown: Sequence[Hook] = field(default_factory=tuple)
     on_pool_startup: Sequence[Hook] = field(default_factory=tuple)
     on_pool_shutdown: Sequence[Hook] = field(default_factory=tuple)
+    hooks: FenceKitHooks | None = None
 
     def __post_init__(self) -> None:
+        check_hooks(self.hooks)
         for what in ("on_startup", "on_shutdown", "on_pool_startup", "on_pool_shutdown"):
             hooks = getattr(self, what)
             if isinstance(hooks, (str, bytes)) or not isinstance(hooks, Sequence):

@@ -31,6 +31,7 @@ from fencekit._redis.clients import async_client
 from fencekit._redis.run import arun
 from fencekit._redis.url import parse_url
 from fencekit.errors import ConfigError, StoreError
+from fencekit.hooks import FenceKitHooks, check_hooks
 from fencekit.queue.client import Client
 from fencekit.queue.consumer import Consumer
 from fencekit.queue.handle import Queue, QueueStats
@@ -52,7 +53,15 @@ __all__ = ["Server"]
 class Server:
     """Runs workers against a Redis (see the module docstring)."""
 
-    def __init__(self, redis_url: str | None = None, **options: Unpack[ServerOptions]) -> None:
+    def __init__(
+        self,
+        redis_url: str | None = None,
+        *,
+        hooks: FenceKitHooks | None = None,
+        **options: Unpack[ServerOptions],
+    ) -> None:
+        """``hooks`` (:mod:`fencekit.hooks`) are told of its jobs, enqueues and reaps."""
+        self.hooks = check_hooks(hooks)
         self.settings: ServerSettings = resolve(ServerSettings, with_url(redis_url, options), owner="Server")
         settings = self.settings
         self.target = parse_url(settings["redis_url"])
@@ -70,7 +79,7 @@ class Server:
         self._shutdown: list[Hook] = []
         self._stop = asyncio.Event()
         self._redis = async_client(self.target)
-        self._client = Client.sharing(settings, self._redis)
+        self._client = Client.sharing(settings, self._redis, self.hooks)
         self.keys = self._client.keys
         self.durable = self._client.durable
         self.services: Services | None = None
@@ -128,6 +137,7 @@ class Server:
             registry=self.registry,
             logger=self.logger,
             redis=self._redis,
+            hooks=self.hooks,
         )
         self.services = services
         removers = self._install_signals()
@@ -146,6 +156,7 @@ class Server:
                 logger=self.logger,
                 lease_ok=services.heartbeat.healthy,
                 resets=lambda: services.heartbeat.resets,
+                hooks=self.hooks,
             )
             await services.beat_once()
             services.start_loops()

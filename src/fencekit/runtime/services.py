@@ -30,6 +30,7 @@ from fencekit._redis.keys import KeySpace
 from fencekit._redis.run import translated
 from fencekit._redis.url import RedisTarget
 from fencekit.errors import ConfigError
+from fencekit.hooks import FenceKitHooks
 from fencekit.queue.heartbeat import Heartbeat
 from fencekit.queue.histogram import DurationHistogram, QueueDurations
 from fencekit.queue.history import HistorySampler
@@ -91,8 +92,12 @@ class Services:
         registry: WorkerRegistry,
         logger: logging.Logger,
         redis: redis.asyncio.Redis | None = None,
+        hooks: FenceKitHooks | None = None,
     ) -> None:
-        """``redis``: the client to use (and close at the end) instead of a new one."""
+        """``redis``: the client to use (and close at the end) instead of a new one.
+
+        ``hooks``: the reaper's (:mod:`fencekit.hooks`).
+        """
         self.placement = placement
         self.settings = settings
         self.target = target
@@ -113,7 +118,14 @@ class Services:
             on_reset=placement.on_reset,
         )
         self.reaper = Reaper(
-            self.redis, keys, registry, ttl, logger, Retention.of(settings), alive=placement.alive_consumers
+            self.redis,
+            keys,
+            registry,
+            ttl,
+            logger,
+            Retention.of(settings),
+            alive=placement.alive_consumers,
+            hooks=hooks,
         )
         self.scheduler = Scheduler(self.redis, keys, self.queues, logger)
         self.history = HistorySampler(self.redis, keys, self.queues, logger, placement.queue_durations)
