@@ -54,6 +54,15 @@ def test_timeout_and_expiry_round_trip_and_survive_a_retry() -> None:
     assert (again.attempt, again.timeout, again.expires_at) == (1, 2.5, 99)
 
 
+def test_a_trace_context_round_trips_and_survives_a_retry() -> None:
+    parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    env = decode(encode("j1", "q", "op", {}, 0, 5, trace=parent))
+    assert env.trace == parent
+    assert decode(env.next_attempt(1)).trace == parent
+    assert decode(Task("q", "op").envelope(trace=parent)).trace == parent
+    assert decode(encode("j1", "q", "op", {}, 0, 5)).trace is None
+
+
 def test_a_task_s_timeout_and_expiry_reach_its_envelope() -> None:
     before = time.time_ns() // 1_000_000
     env = decode(
@@ -101,6 +110,9 @@ GOOD = {"jid": "j", "queue": "q", "operation": "op", "params": {}, "attempt": 0,
         (orjson.dumps(GOOD | {"timeout": True}), "timeout"),
         (orjson.dumps(GOOD | {"expires_at": 1.5}), "expires_at"),
         (orjson.dumps(GOOD | {"expires_at": "tomorrow"}), "expires_at"),
+        (orjson.dumps(GOOD | {"trace": 5}), "'trace'"),
+        (orjson.dumps(GOOD | {"trace": ""}), "'trace'"),
+        (orjson.dumps(GOOD | {"trace": "x" * 513}), "'trace'"),
     ],
 )
 def test_decoding_a_bad_envelope_raises_payload_error_naming_what_is_wrong(raw: bytes, words: str) -> None:
