@@ -5,6 +5,8 @@
 - ``many_queues``: a ``noop`` worker on each of the queues ``q000`` .. ``q099``;
   ``many_queues_10``, ``many_queues_100``, ``many_queues_1000``: the same on the first
   10, 100 or 1000 of ``q000`` .. ``q999`` (:func:`queue_names`);
+- ``hooked``, ``traced``: ``noop`` with every job hook set to a no-op, or traced by
+  ``fencekit.otel`` into an SDK provider without exporter (:mod:`bench.hooks_cost`);
 - ``many_ops_1``, ``many_ops_10``, ``many_ops_100``: 1, 10 or 100 no-op worker classes
   on queue ``bench``, operations ``op000`` .. ``op099`` (:func:`op_names`).
 
@@ -155,3 +157,30 @@ many_queues_1000 = _queues_app(1000)
 many_ops_1 = _ops_app(1)
 many_ops_10 = _ops_app(10)
 many_ops_100 = _ops_app(100)
+
+
+def hooked() -> Any:
+    """``noop``'s workers with every job callback of :class:`~fencekit.FenceKitHooks` set (no-ops).
+
+    What the hooks themselves cost a job: the events built and the calls made.
+    """
+    from fencekit import App, FenceKitHooks
+
+    def nothing(*_: object) -> None:
+        return None
+
+    names = [n for n in FenceKitHooks.__dataclass_fields__ if n.startswith("on_")]
+    return App(noop, hooks=FenceKitHooks(**dict.fromkeys(names, nothing)))
+
+
+def traced() -> Any:
+    """``noop``'s workers traced by ``fencekit.otel`` into an SDK provider that keeps nothing.
+
+    The spans are made and ended (the SDK's cost) but go to no exporter.
+    """
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from fencekit import App
+    from fencekit.otel import otel_hooks
+
+    return App(noop, hooks=otel_hooks(tracer_provider=TracerProvider()))
