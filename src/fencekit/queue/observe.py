@@ -36,7 +36,8 @@ class Observer:
         self.claimed_ns = 0
         """When the consumer sent the claim whose reply it is absorbing (wall ns)."""
         self._open: dict[Key, JobEvent] = {}  # started, outcome not decided yet
-        self._outcome: dict[Key, tuple[str, JobEvent]] = {}  # decided, waiting for Redis
+        # decided, waiting for Redis: (outcome, the started event, finished_ns, error, delay)
+        self._outcome: dict[Key, tuple[str, JobEvent, int, BaseException | None, float | None]] = {}
 
     def started(self, queue: str, token: int, envelope: Envelope) -> None:
         """The job of delivery ``token`` starts now (called in the job's own task)."""
@@ -54,7 +55,8 @@ class Observer:
             now,
         )
         self._open[(queue, token)] = event
-        self.hooks.job("started", event)
+        if self.hooks.on_started is not None:
+            self.hooks.call("on_started", event)
 
     def decided(
         self,
@@ -69,28 +71,27 @@ class Observer:
         """The performer settled on ``outcome`` (succeeded, failed, retried); Redis has not answered yet."""
         key = (queue, token)
         event = self._open.pop(key, None)
-        now = time.time_ns()
         if event is None:  # never started: a dead letter, or a timeout raced the start
             event = (
                 JobEvent(queue, envelope.operation, envelope.jid, envelope.attempt, token, envelope.trace)
                 if envelope is not None
                 else JobEvent(queue, "", jid, 0, token)
             )
-        self._outcome[key] = (outcome, event._replace(finished_ns=now, error=error, delay=delay))
+        self._outcome[key] = (outcome, event, time.time_ns(), error, delay)
 
     def ended_here(self, queue: str, token: int, outcome: str) -> None:
         """The job ended without a settle of this consumer (cancelled, returned at a stop): tell now."""
         event = self._open.pop((queue, token), None)
         if event is not None:
             now = time.time_ns()
-            self.hooks.job(outcome, event._replace(finished_ns=now, at_ns=now))
+            self._tell(outcome, event, now, now, None, None)
 
     def landed(self, queue: str, token: int) -> None:
         """Redis accepted the outcome decided for ``(queue, token)``: its callback runs."""
         decided = self._outcome.pop((queue, token), None)
         if decided is not None:
-            outcome, event = decided
-            self.hooks.job(outcome, event._replace(at_ns=time.time_ns()))
+            outcome, event, finished, error, delay = decided
+            self._tell(outcome, event, finished, time.time_ns(), error, delay)
 
     def forget(self, queue: str, token: int) -> None:
         """Its settle failed with an error (logged by the consumer): the delivery stays for the reaper."""
@@ -99,9 +100,27 @@ class Observer:
     def refused(self, queue: str, token: int) -> None:
         """Redis refused it: the delivery was reaped or returned while it ran."""
         decided = self._outcome.pop((queue, token), None)
-        event = decided[1] if decided is not None else self._open.pop((queue, token), None)
-        if event is not None:
-            self.hooks.job("fenced_out", event._replace(at_ns=time.time_ns()))
+        if decided is not None:
+            _, event, finished, error, _ = decided
+            self._tell("fenced_out", event, finished, time.time_ns(), error, None)
+            return
+        running = self._open.pop((queue, token), None)
+        if running is not None:
+            self._tell("fenced_out", running, None, time.time_ns(), None, None)
+
+    def _tell(
+        self,
+        outcome: str,
+        e: JobEvent,
+        finished: int | None,
+        at: int,
+        error: BaseException | None,
+        delay: float | None,
+    ) -> None:
+        name = "on_" + outcome
+        if getattr(self.hooks, name) is not None:
+            event = JobEvent(e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7], finished, at, error, delay)
+            self.hooks.call(name, event)
 
 
 def event_of_raw(
