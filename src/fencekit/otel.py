@@ -146,21 +146,12 @@ class _Tracing:
     def on_started(self, event: JobEvent) -> None:
         parent = self._parent(event)
         attributes = self._attributes(event)
-        claim = self.tracer.start_span(
-            f"fencekit.claim {event.queue}",
-            context=parent,
-            kind=self.trace.SpanKind.CONSUMER,
-            attributes=attributes,
-            start_time=event.claimed_ns,
-        )
-        claim.end(end_time=event.started_ns)
-        run = self.tracer.start_span(
-            f"fencekit.perform {event.queue}/{event.operation}",
-            context=parent,
-            kind=self.trace.SpanKind.CONSUMER,
-            attributes=attributes,
-            start_time=event.started_ns,
-        )
+        consumer = self.trace.SpanKind.CONSUMER
+        self.tracer.start_span(
+            f"fencekit.claim {event.queue}", parent, consumer, attributes, start_time=event.claimed_ns
+        ).end(end_time=event.started_ns)
+        name = f"fencekit.perform {event.queue}/{event.operation}"
+        run = self.tracer.start_span(name, parent, consumer, attributes, start_time=event.started_ns)
         self._remember(self.runs, (event.queue, event.token or 0), run)
         # Called in the job's own task: its context copy makes the span current for perform only.
         self.context.attach(self.trace.set_span_in_context(run))

@@ -21,7 +21,7 @@ from fencekit.queue import codec
 if TYPE_CHECKING:
     from fencekit.queue.codec import Envelope
 
-__all__ = ["Observer", "event_of_raw"]
+__all__ = ["Observer", "event_of", "event_of_raw"]
 
 Key = tuple[str, int]
 
@@ -42,18 +42,7 @@ class Observer:
     def started(self, queue: str, token: int, envelope: Envelope) -> None:
         """The job of delivery ``token`` starts now (called in the job's own task)."""
         now = time.time_ns()
-        event = JobEvent(
-            queue,
-            envelope.operation,
-            envelope.jid,
-            envelope.attempt,
-            token,
-            envelope.trace,
-            self.claimed_ns or now,
-            now,
-            None,
-            now,
-        )
+        event = event_of(queue, token, envelope, self.claimed_ns or now, now, now)
         self._open[(queue, token)] = event
         if self.hooks.on_started is not None:
             self.hooks.call("on_started", event)
@@ -73,7 +62,7 @@ class Observer:
         event = self._open.pop(key, None)
         if event is None:  # never started: a dead letter, or a timeout raced the start
             event = (
-                JobEvent(queue, envelope.operation, envelope.jid, envelope.attempt, token, envelope.trace)
+                event_of(queue, token, envelope)
                 if envelope is not None
                 else JobEvent(queue, "", jid, 0, token)
             )
@@ -123,6 +112,31 @@ class Observer:
             self.hooks.call(name, event)
 
 
+def event_of(
+    queue: str,
+    token: int | None,
+    envelope: Envelope,
+    claimed_ns: int | None = None,
+    started_ns: int | None = None,
+    at_ns: int = 0,
+    error: BaseException | None = None,
+) -> JobEvent:
+    """The event of ``envelope``'s delivery ``token`` of ``queue``."""
+    return JobEvent(
+        queue,
+        envelope.operation,
+        envelope.jid,
+        envelope.attempt,
+        token,
+        envelope.trace,
+        claimed_ns,
+        started_ns,
+        None,
+        at_ns,
+        error,
+    )
+
+
 def event_of_raw(
     queue: str, token: int | None, raw: bytes | str, error: BaseException | None = None
 ) -> JobEvent:
@@ -131,13 +145,4 @@ def event_of_raw(
         envelope = codec.decode(raw)
     except PayloadError:
         return JobEvent(queue, "", codec.peek_jid(raw), 0, token, at_ns=time.time_ns(), error=error)
-    return JobEvent(
-        queue,
-        envelope.operation,
-        envelope.jid,
-        envelope.attempt,
-        token,
-        envelope.trace,
-        at_ns=time.time_ns(),
-        error=error,
-    )
+    return event_of(queue, token, envelope, at_ns=time.time_ns(), error=error)
