@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 import redis
 
-from fencekit import Server
+from fencekit import Client, Server, Task
 
 PREFIX = "fencekit"
 
@@ -195,6 +195,33 @@ def new_server(url: str, *workers: object, **kwargs: Any) -> Server:
     if workers:
         server.add_workers(*workers)
     return server
+
+
+async def reaped_while_running(
+    url: str, queue: str, hooks: Any, settled: Callable[[], Any], client_hooks: Any = None
+) -> str:
+    """One task whose first delivery is reaped while it runs (as a peer's reaper would do to a
+    consumer it believes dead), on a ``Server`` with ``hooks``; returns its jid once ``settled()``.
+
+    The first run waits until the reap is done, then returns: its ack is refused.
+    """
+    release = asyncio.Event()
+    runs: list[int] = []
+
+    async def perform(payload: dict[str, Any]) -> None:
+        runs.append(1)
+        if len(runs) == 1:
+            await release.wait()
+
+    server = new_server(url, worker(queue, "slow", perform), hooks=hooks)
+    async with Client(redis_url=url, hooks=client_hooks) as client, running(server):
+        jid = await client.enqueue(Task(queue, "slow", {}))
+        await eventually(lambda: runs, what="the first run")
+        assert server.services is not None
+        await server.services.reaper.reap(server.consumer_id, forget_if_silent=False, queues=[queue])
+        release.set()
+        await eventually(settled, timeout=15, what="the second delivery settled")
+    return jid
 
 
 def worker(queue: str, operation: str, perform: Any, **attrs: Any) -> type:

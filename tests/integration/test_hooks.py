@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import redis
 import redis.asyncio
-from tests.queue_helpers import eventually, new_server, running, worker
+from tests.queue_helpers import eventually, new_server, reaped_while_running, running, worker
 
 import fencekit
 from fencekit import (
@@ -261,23 +261,7 @@ async def test_a_refused_enqueue_is_told_with_its_error(redis_url: str) -> None:
 
 async def test_a_delivery_reaped_while_it_ran_is_fenced_out_not_succeeded(redis_url: str) -> None:
     rec = Recorder()
-    release = asyncio.Event()
-    runs: list[int] = []
-
-    async def perform(payload: dict[str, Any]) -> None:
-        runs.append(current_job().attempt)
-        if len(runs) == 1:
-            await release.wait()
-
-    server = new_server(redis_url, worker("hkf", "slow", perform), hooks=rec.hooks())
-    async with Client(redis_url=redis_url) as client, running(server):
-        jid = await client.enqueue(Task("hkf", "slow", {}))
-        await eventually(lambda: runs, what="the first run started")
-        assert server.services is not None
-        # What a peer's reaper does to a consumer it believes dead: the delivery goes back.
-        await server.services.reaper.reap(server.consumer_id, forget_if_silent=False, queues=["hkf"])
-        release.set()
-        await eventually(lambda: rec.jobs(jid)[-1:] == ["succeeded"], timeout=15, what="the second delivery")
+    jid = await reaped_while_running(redis_url, "hkf", rec.hooks(), lambda: rec.named("on_succeeded"))
     assert rec.jobs(jid) == ["started", "reaped", "fenced_out", "started", "succeeded"]
     fenced = rec.event("on_fenced_out", jid)
     second = rec.event("on_succeeded", jid)

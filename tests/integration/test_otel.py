@@ -10,7 +10,6 @@ deliveries show as span status and span events.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -22,7 +21,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
-from tests.queue_helpers import eventually, new_server, running, worker
+from tests.queue_helpers import eventually, new_server, reaped_while_running, running, worker
 
 from fencekit import Client, DistributedLock, FencedOutError, FenceGate, FenceToken, Task, current_job
 from fencekit.otel import otel_hooks
@@ -138,22 +137,7 @@ async def test_fenced_out_and_reaped_deliveries_are_span_events(
 ) -> None:
     provider, exporter = spans
     hooks = otel_hooks(tracer_provider=provider)
-    release = asyncio.Event()
-    runs: list[int] = []
-
-    async def perform(payload: dict[str, Any]) -> None:
-        runs.append(current_job().attempt)
-        if len(runs) == 1:
-            await release.wait()
-
-    server = new_server(redis_url, worker("otf", "slow", perform), hooks=hooks)
-    async with Client(redis_url=redis_url, hooks=hooks) as client, running(server):
-        await client.enqueue(Task("otf", "slow", {}))
-        await eventually(lambda: runs, what="the first run")
-        assert server.services is not None
-        await server.services.reaper.reap(server.consumer_id, forget_if_silent=False, queues=["otf"])
-        release.set()
-        await eventually(lambda: by_name(exporter, "fencekit.ack"), timeout=15, what="the second run's ack")
+    await reaped_while_running(redis_url, "otf", hooks, lambda: by_name(exporter, "fencekit.ack"), hooks)
     enqueue = one(exporter, "fencekit.enqueue otf")
     reap = one(exporter, "fencekit.reap otf")
     assert [e.name for e in reap.events] == ["reaped"]
