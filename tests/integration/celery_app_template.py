@@ -7,7 +7,8 @@ runs and where the test puts hold files). Every task runs one body,
 :func:`work`: it records ``start`` (with its pid and fencing token), waits
 while ``<key>.<label>.hold`` exists, writes ``label`` to ``<key>:value``
 through ``FenceGate.set_if_fresh`` with its token (recording ``wrote`` or
-``refused``), records ``done`` and returns ``result-<label>``. Records are
+``refused``), waits while ``<key>.<label>.after`` exists, records ``done``
+and returns ``result-<label>``. Records are
 lines appended (and flushed) to ``<key>.log``, outside Redis, so the test
 counts real runs.
 """
@@ -64,19 +65,24 @@ def record(key: str, *words: object) -> None:
         os.fsync(log.fileno())
 
 
-def work(key: str, label: str) -> str:
-    token = current_token()
-    record(key, "start", label, os.getpid(), token.value)
-    hold, deadline = DIR / f"{key}.{label}.hold", time.monotonic() + HOLD_LIMIT_S
+def wait_while(hold: Path) -> None:
+    deadline = time.monotonic() + HOLD_LIMIT_S
     while hold.exists() and not (DIR / "release-all").exists():
         if time.monotonic() > deadline:
             raise RuntimeError(f"{hold} was never removed")
         time.sleep(0.02)
+
+
+def work(key: str, label: str) -> str:
+    token = current_token()
+    record(key, "start", label, os.getpid(), token.value)
+    wait_while(DIR / f"{key}.{label}.hold")
     try:
         gate.set_if_fresh(token, f"{key}:value", label)
         record(key, "wrote", label, os.getpid(), token.value)
     except FencedOutError:
         record(key, "refused", label, os.getpid(), token.value)
+    wait_while(DIR / f"{key}.{label}.after")
     record(key, "done", label, os.getpid(), token.value)
     return f"result-{label}"
 

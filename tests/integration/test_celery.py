@@ -53,15 +53,17 @@ WAIT_S = 30.0  # the bound of every wait on the worker
 pytestmark = pytest.mark.timeout(90)
 
 
-def wait_for(what: str, predicate: Callable[[], Any], timeout: float = WAIT_S) -> Any:
-    """Poll ``predicate`` until it is truthy; fail naming ``what`` after ``timeout`` seconds."""
+def wait_for(
+    what: str, predicate: Callable[[], Any], timeout: float = WAIT_S, detail: Callable[[], str] = str
+) -> Any:
+    """Poll ``predicate`` until it is truthy; fail naming ``what`` (and ``detail()``) after ``timeout`` s."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
+            pytest.fail(f"timed out after {timeout} s waiting for {what}\n{detail()}")
         time.sleep(0.02)
 
 
@@ -298,22 +300,37 @@ class Worker:
     def events(self, key: str, event: str) -> list[list[str]]:
         return [r for r in self.records(key) if r[0] == event]
 
-    def hold(self, key: str, label: str) -> Path:
-        path = self.directory / f"{key}.{label}.hold"
+    def hold(self, key: str, label: str, where: str = "hold") -> Path:
+        """A file the body of ``label`` waits on: before its write (``hold``) or after it (``after``)."""
+        path = self.directory / f"{key}.{label}.{where}"
         path.touch()
         return path
 
     def started(self, key: str, count: int = 1) -> list[list[str]]:
         starts: list[list[str]] = wait_for(
-            f"{count} start(s) of {key}", lambda: len(self.events(key, "start")) >= count and self.events(key, "start")
+            f"{count} start(s) of {key}",
+            lambda: len(self.events(key, "start")) >= count and self.events(key, "start"),
+            detail=self.tail,
         )
         return starts
 
     def state(self, result: AsyncResult, wanted: str) -> None:
-        wait_for(f"task {result.id} to reach {wanted}", lambda: result.state == wanted)
+        """Wait for ``wanted``; fail at once if the task ends in another state."""
+
+        def reached() -> bool:
+            state = result.state
+            if state != wanted and result.ready():
+                pytest.fail(
+                    f"task {result.id} ended {state} ({result.result!r}), not {wanted}\n{self.tail()}"
+                )
+            return state == wanted
+
+        wait_for(f"task {result.id} to reach {wanted}", reached, detail=self.tail)
 
     def tail(self) -> str:
-        return self.log.read_text()[-4000:] if self.log.exists() else "(no log)"
+        """The end of the worker's log, for failure messages."""
+        text = self.log.read_text(errors="replace") if self.log.exists() else "(no log)"
+        return "--- worker log (end)\n" + text[-4000:]
 
 
 def start_worker(directory: Path, broker: str, backend: str, guard_url: str) -> Iterator[Worker]:
@@ -349,7 +366,7 @@ def start_worker(directory: Path, broker: str, backend: str, guard_url: str) -> 
                 pytest.fail(f"the worker exited with {process.returncode}:\n{worker.tail()}")
             return (directory / "ready").exists()
 
-        wait_for("the worker to be ready", ready)
+        wait_for("the worker to be ready", ready, detail=worker.tail)
         yield worker
     finally:
         stop_group(process, directory)
@@ -497,34 +514,40 @@ def test_a_killed_child_is_redelivered_and_reclaims_once_its_lease_ends(rabbit_w
     assert rabbit_worker.redis.get(f"{key}:value") == b"x"
 
 
-@pytest.mark.slow
 def test_a_child_paused_past_its_lease_has_its_write_refused_and_marks_nothing(rabbit_worker: Worker) -> None:
     key, lock = new_key(), DistributedLock(rabbit_worker.redis)
+    guard = IdempotencyGuard(rabbit_worker.redis)
     hold = rabbit_worker.hold(key, "old")
     old = rabbit_worker.send("memo", key, "old")
     ((_, _, pid, old_token),) = rabbit_worker.started(key)
     os.kill(int(pid), signal.SIGSTOP)
     try:
-        wait_for("the paused delivery's lease to end", lambda: rabbit_worker.redis.exists(lock.lock_key(key)) == 0)
+        wait_for(
+            "the paused delivery's lease to end", lambda: rabbit_worker.redis.exists(lock.lock_key(key)) == 0
+        )
+        after = rabbit_worker.hold(key, "new", "after")  # the newer run stops after its write
         new = rabbit_worker.send("memo", key, "new")  # the producer sends again, as a retrying client does
-        assert result_of(new) == "result-new"
+        wait_for("the newer delivery's write", lambda: rabbit_worker.events(key, "wrote"))
         hold.unlink()
     finally:
         os.kill(int(pid), signal.SIGCONT)
+    # the old run wakes while the newer one is still between its write and its mark
     rabbit_worker.state(old, "FAILURE")
     assert isinstance(old.result, LockNotOwned)
     assert "was not marked done by this one" in str(old.result)
+    assert guard.status(key) == "pending"  # the old run marked nothing, not even "done" without a memo
+    after.unlink()
+    assert result_of(new) == "result-new"
     assert [r[:2] for r in rabbit_worker.records(key)] == [
         ["start", "old"],
         ["start", "new"],
         ["wrote", "new"],
-        ["done", "new"],
         ["refused", "old"],
         ["done", "old"],
+        ["done", "new"],
     ]
     (new_start,) = [r for r in rabbit_worker.events(key, "start") if r[1] == "new"]
     assert int(new_start[3]) > int(old_token)
     assert rabbit_worker.redis.get(f"{key}:value") == b"new"
-    guard = IdempotencyGuard(rabbit_worker.redis)
     assert guard.status(key) == "done"
     assert guard.get_result(key) == "result-new"
