@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import os
+import re
 import shutil
 import signal
 import socket
@@ -275,6 +276,18 @@ def test_a_lease_lost_while_the_body_ran_is_reported_and_marks_nothing(client: r
     assert client.get("k-stale:value") == b"newer"
     assert guard.status("k-stale") == "done"
     assert guard.get_result("k-stale") == "newer"
+
+
+def test_the_docs_example_runs(redis_url: str) -> None:
+    (block,) = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "celery.md").read_text(), flags=re.S)
+    namespace: dict[str, Any] = {}
+    exec(block.replace("redis://localhost:6379/0", redis_url), namespace)
+    namespace["app"].close()
+    namespace["r"].close()
+    r = redis.Redis.from_url(redis_url)
+    assert r.get("order:order-7:charged") == b"yes"
+    assert IdempotencyGuard(r).status("charge:order-7") == "done"
+    r.close()
 
 
 # -- the real worker ----------------------------------------------------------------------------
