@@ -185,3 +185,13 @@ async def test_the_hooks_example_tells_failures_busy_locks_and_traces(
     assert ok != bad
     assert namespace["app"].hooks.trace_enqueue is not None  # otel_hooks
     assert isinstance(client, Client)
+
+
+def test_the_celery_example_runs(redis_url: str):
+    namespace: dict[str, object] = {}
+    exec(with_url(block_with("def charge(self, order)"), redis_url), namespace)
+    namespace["app"].close()  # type: ignore[attr-defined]
+    r = redis.Redis.from_url(redis_url)
+    assert r.get("order:order-7:charged") == b"yes"
+    assert r.get("fencekit:idem:{charge:order-7}") == b"done"
+    r.close()
