@@ -9,12 +9,15 @@ the outcome of an upsert is named -- are checked once for both back ends.
 from __future__ import annotations
 
 import enum
-from typing import Union
+from typing import TypeAlias
 
 from fencekit.errors import ConfigError
 from fencekit.primitives.tokens import FenceToken
 
-TokenLike = Union[FenceToken, int]
+BIGINT_MAX = 2**63 - 1
+"""The largest value of the signed 64-bit fence column."""
+
+TokenLike: TypeAlias = FenceToken | int
 """A :class:`~fencekit.FenceToken` (a job's ``current_job().token``, a lock's token) or a plain int."""
 
 
@@ -26,6 +29,8 @@ def token_value(token: object) -> int:
         raise TypeError(f"token must be a fencekit.FenceToken or a positive int, got {type(token).__name__}")
     if token < 1:
         raise ConfigError(f"token must be >= 1, got {token}")
+    if token > BIGINT_MAX:
+        raise ConfigError(f"token {token} does not fit in a BIGINT fence column (max {BIGINT_MAX})")
     return token
 
 

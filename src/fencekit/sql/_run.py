@@ -10,7 +10,7 @@ mean, when to read again) is written once for both.
 from __future__ import annotations
 
 from collections.abc import Coroutine, Generator
-from typing import Any, TypeVar, Union, cast
+from typing import Any, TypeAlias, TypeVar, cast
 
 from sqlalchemy.engine import Connection, CursorResult
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
@@ -19,9 +19,9 @@ from sqlalchemy.sql import Executable
 
 T = TypeVar("T")
 
-SyncTarget = Union[Session, Connection]
-AsyncTarget = Union[AsyncSession, AsyncConnection]
-Steps = Generator[Executable, "CursorResult[Any]", T]
+SyncTarget: TypeAlias = Session | Connection
+AsyncTarget: TypeAlias = AsyncSession | AsyncConnection
+Steps: TypeAlias = Generator[Executable, "CursorResult[Any]", T]
 
 
 def dialect_name(target: SyncTarget | AsyncTarget) -> str:

@@ -21,7 +21,7 @@ def resolve_table(table_or_model: object) -> sa.Table:
     if isinstance(table_or_model, sa.Table):
         return table_or_model
     if isinstance(table_or_model, type):
-        mapper = sa.inspect(table_or_model, raiseerr=False)
+        mapper: object = sa.inspect(table_or_model, raiseerr=False)
         local = getattr(mapper, "local_table", None)
         if isinstance(local, sa.Table):
             return local
@@ -43,6 +43,14 @@ def column(table: sa.Table, name: object, role: str) -> sa.Column[Any]:
 def fence(table: sa.Table, name: str) -> sa.Column[Any]:
     """The fence column of ``table`` (a clear error when the table has none)."""
     return column(table, name, "fence_column")
+
+
+def accepts(fence: sa.Column[Any], token: object) -> ColumnElement[bool]:
+    """``fence IS NULL OR fence <= token``: the row lets a write carrying ``token`` through.
+
+    ``token`` is an int or a SQL expression (``excluded.fence_token`` of an upsert).
+    """
+    return sa.or_(fence.is_(None), fence <= token)
 
 
 def where_clause(table: sa.Table, where: object) -> ColumnElement[bool]:

@@ -25,7 +25,7 @@ def fence_column(name: str = "fence_token", **kwargs: Any) -> sa.Column[int]:
 def fence_mapped_column(**kwargs: Any) -> MappedColumn[Any]:
     """``mapped_column(BigInteger, nullable=True)`` for declarative models::
 
-        fence_token: Mapped[int | None] = fence_mapped_column()
+    fence_token: Mapped[int | None] = fence_mapped_column()
     """
     kwargs.setdefault("nullable", True)
     return mapped_column(FENCE_TYPE(), **kwargs)

@@ -13,25 +13,21 @@ the longest job timeout plus retries).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Mapping
+from collections.abc import Coroutine, Mapping
 from typing import Any, overload
 
-import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
-from sqlalchemy.orm import Session
-
 from fencekit._fencing import TokenLike
-from fencekit.sql import _target
-from fencekit.sql import update as _update
+from fencekit.sql._run import AsyncTarget, SyncTarget, is_async, run_async, run_sync
+from fencekit.sql.update import Where, plan_update
 
 
 @overload
 def fenced_delete(
-    session: Session | sa.Connection,
-    table_or_model: Any,
+    session: SyncTarget,
+    table_or_model: object,
     token: TokenLike,
     *,
-    where: Any,
+    where: Where,
     tombstone: Mapping[str, Any],
     fence_column: str = ...,
     raise_on_stale: bool = ...,
@@ -40,27 +36,27 @@ def fenced_delete(
 
 @overload
 def fenced_delete(
-    session: AsyncSession | AsyncConnection,
-    table_or_model: Any,
+    session: AsyncTarget,
+    table_or_model: object,
     token: TokenLike,
     *,
-    where: Any,
+    where: Where,
     tombstone: Mapping[str, Any],
     fence_column: str = ...,
     raise_on_stale: bool = ...,
-) -> Awaitable[bool]: ...
+) -> Coroutine[Any, Any, bool]: ...
 
 
 def fenced_delete(
-    session: _target.Executor,
-    table_or_model: Any,
+    session: SyncTarget | AsyncTarget,
+    table_or_model: object,
     token: TokenLike,
     *,
-    where: Any,
+    where: Where,
     tombstone: Mapping[str, Any],
     fence_column: str = "fence_token",
     raise_on_stale: bool = False,
-) -> bool | Awaitable[bool]:
+) -> bool | Coroutine[Any, Any, bool]:
     """Mark the rows matching ``where`` deleted by writing ``tombstone``, fenced like an update.
 
     Same arguments, results and errors as :func:`fenced_update`, with
@@ -68,7 +64,10 @@ def fenced_delete(
     ``values``. The row stays, with the token in its fence column, so no older
     delivery can update or re-insert it.
     """
-    plan = _update._Plan(table_or_model, token, where, tombstone, fence_column, role="tombstone")
-    if _target.is_async(session):
-        return _update._run_async(session, plan, raise_on_stale)  # type: ignore[arg-type]
-    return _update._run_sync(session, plan, raise_on_stale)  # type: ignore[arg-type]
+    async_target = is_async(session)
+    steps = plan_update(
+        table_or_model, token, where, tombstone, fence_column, raise_on_stale, role="tombstone"
+    )
+    if async_target:
+        return run_async(session, steps)  # type: ignore[arg-type]
+    return run_sync(session, steps)  # type: ignore[arg-type]

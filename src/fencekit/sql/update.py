@@ -20,29 +20,25 @@ was added) accepts any token.
 from __future__ import annotations
 
 from collections.abc import Coroutine, Mapping
-from typing import Any, overload
+from typing import Any, TypeAlias, overload
 
 import sqlalchemy as sa
 from sqlalchemy.engine import CursorResult
 from sqlalchemy.sql.elements import ColumnElement
 
+from fencekit._fencing import TokenLike, describe, token_value
 from fencekit.errors import FencedOutError
-from fencekit.primitives.tokens import FenceToken
 from fencekit.sql import _target
 from fencekit.sql._run import AsyncTarget, Steps, SyncTarget, is_async, run_async, run_sync
-from fencekit.sql._token import token_value
 
-Where = ColumnElement[bool] | Mapping[str, Any]
-
-
-def fresh(fence: sa.Column[Any], token: int) -> ColumnElement[bool]:
-    """``fence IS NULL OR fence <= token``: the row accepts a write carrying ``token``."""
-    return sa.or_(fence.is_(None), fence <= token)
+Where: TypeAlias = ColumnElement[bool] | Mapping[str, Any]
+"""A SQL boolean expression, or a mapping of column name -> value (ANDed equalities)."""
 
 
-def stale_error(table: sa.Table, fence_name: str, token: int, newest: object) -> FencedOutError:
+def stale_error(table: sa.Table, fence_name: str, token: TokenLike, newest: object) -> FencedOutError:
+    """The FencedOutError of a write refused because the row holds the newer ``newest``."""
     return FencedOutError(
-        f"fenced out: token {token} is older than {fence_name} {newest} of the row in {table.fullname!r}"
+        f"fenced out: {describe(token)} is older than {fence_name}={newest} of the row in {table.fullname!r}"
     )
 
 
@@ -51,7 +47,7 @@ def _update_steps(
     check: sa.Select[Any] | None,
     table: sa.Table,
     fence_name: str,
-    token: int,
+    token: TokenLike,
 ) -> Steps[bool]:
     result: CursorResult[Any] = yield statement
     if result.rowcount > 0:
@@ -60,14 +56,14 @@ def _update_steps(
         return False
     # 0 rows, and the caller wants stale told apart from missing: one read, off the hot path.
     newest = (yield check).scalar()
-    if newest is not None and newest > token:
+    if newest is not None and int(newest) > token_value(token):
         raise stale_error(table, fence_name, token, newest)
     return False  # no such row (or it appeared after our UPDATE): missing is not stale
 
 
 def plan_update(
     table_or_model: object,
-    token: FenceToken | int,
+    token: TokenLike,
     where: object,
     values: object,
     fence_column: str,
@@ -83,18 +79,18 @@ def plan_update(
     condition = _target.where_clause(table, where)
     statement = (
         sa.update(table)
-        .where(condition, fresh(fence, value))
+        .where(condition, _target.accepts(fence, value))
         .values({**{table.c[name]: v for name, v in checked.items()}, fence: value})
     )
     check = sa.select(sa.func.max(fence)).where(condition) if raise_on_stale else None
-    return _update_steps(statement, check, table, fence.name, value)
+    return _update_steps(statement, check, table, fence.name, token)
 
 
 @overload
 def fenced_update(
     session: SyncTarget,
     table_or_model: object,
-    token: FenceToken | int,
+    token: TokenLike,
     *,
     where: Where,
     values: Mapping[str, Any],
@@ -107,7 +103,7 @@ def fenced_update(
 def fenced_update(
     session: AsyncTarget,
     table_or_model: object,
-    token: FenceToken | int,
+    token: TokenLike,
     *,
     where: Where,
     values: Mapping[str, Any],
@@ -119,7 +115,7 @@ def fenced_update(
 def fenced_update(
     session: SyncTarget | AsyncTarget,
     table_or_model: object,
-    token: FenceToken | int,
+    token: TokenLike,
     *,
     where: Where,
     values: Mapping[str, Any],

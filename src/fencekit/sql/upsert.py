@@ -12,9 +12,8 @@ No row returned is ``stale``; ``xmax = 0`` tells a fresh insert from an update.
 MySQL / MariaDB::
 
     INSERT INTO t (...) VALUES (...) ON DUPLICATE KEY UPDATE
-      col = CASE WHEN t.fence_token IS NULL OR t.fence_token <= VALUES(fence_token)
-                 THEN VALUES(col) ELSE col END, ...,
-      fence_token = CASE ... END                      -- assigned LAST
+      col = IF(t.fence_token IS NULL OR t.fence_token <= VALUES(fence_token), VALUES(col), col), ...,
+      fence_token = IF(..., VALUES(fence_token), fence_token)   -- assigned LAST
 
 MySQL evaluates the assignments left to right and a later one sees the
 columns an earlier one set, so the fence column must come last or the value
@@ -32,120 +31,104 @@ portable SQL (``fenced_update`` is).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Mapping
-from typing import Any, cast, overload
+from collections.abc import Coroutine, Mapping
+from typing import Any, overload
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, postgresql
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
-from sqlalchemy.orm import Session
 
 from fencekit._fencing import TokenLike, UpsertOutcome, describe, token_value
 from fencekit.errors import ConfigError, FencedOutError
 from fencekit.sql import _target
+from fencekit.sql._run import AsyncTarget, Steps, SyncTarget, dialect_name, is_async, run_async, run_sync
 
 _POSTGRES = {"postgresql"}
 _MYSQL = {"mysql", "mariadb"}
 
 
-class _Plan:
-    def __init__(
-        self,
-        executor: _target.Executor,
-        table_or_model: Any,
-        token: TokenLike,
-        key: Mapping[str, Any],
-        values: Mapping[str, Any],
-        fence_column: str,
-    ) -> None:
-        table = _target.resolve_table(table_or_model)
-        fence = _target.fence(table, fence_column)
-        self.token = token
-        self.value = token_value(token)
-        self.table = table
-        self.fence_column = fence_column
-        keys = _target.check_values(table, key, fence_column, "key")
-        payload = _target.check_values(table, values, fence_column, "values")
-        both = sorted(set(keys) & set(payload))
-        if both:
-            raise ConfigError(f"values must not name the key columns: {', '.join(map(repr, both))}")
-        row = {**keys, **payload, fence_column: self.value}
-        self.dialect = _target.dialect_name(executor, table)
-        self.probe = (
-            sa.select(fence)
-            .where(sa.and_(*(table.c[name] == value for name, value in keys.items())))
-            .with_for_update()
-        )
-        if self.dialect in _POSTGRES:
-            pg = postgresql.insert(table).values(row)
-            self.statement: sa.Executable = pg.on_conflict_do_update(
-                index_elements=[table.c[name] for name in keys],
-                set_={name: pg.excluded[name] for name in [*payload, fence_column]},
-                where=_target.accepts(fence, pg.excluded[fence_column]),
-            ).returning(sa.literal_column("(xmax = 0)").label("inserted"))
-        elif self.dialect in _MYSQL:
-            my = mysql.insert(table).values(row)
-            ok = _target.accepts(fence, my.inserted[fence_column])
-            assignments = [
-                (name, sa.case((ok, my.inserted[name]), else_=table.c[name]))
-                for name in [*payload, fence_column]  # the fence LAST: later ones see earlier ones
-            ]
-            self.statement = my.on_duplicate_key_update(assignments)
+def _outcome_steps(
+    statement: sa.Executable,
+    probe: sa.Select[Any],
+    postgres: bool,
+    table: sa.Table,
+    fence_name: str,
+    token: TokenLike,
+    raise_on_stale: bool,
+) -> Steps[UpsertOutcome]:
+    result = yield statement
+    if postgres:
+        row = result.first()
+        if row is None:  # DO UPDATE ... WHERE refused the row: a newer token holds it
+            outcome = UpsertOutcome.STALE
         else:
-            raise ConfigError(
-                f"fenced_upsert supports PostgreSQL and MySQL/MariaDB, not {self.dialect!r} "
-                "(fenced_update works on every dialect)"
-            )
-
-    def outcome_postgres(self, row: sa.Row[Any] | None) -> UpsertOutcome | None:
-        if row is None:
-            return UpsertOutcome.STALE
-        return UpsertOutcome.INSERTED if row[0] else UpsertOutcome.UPDATED
-
-    def outcome_mysql(self, stored: Any) -> UpsertOutcome:
-        if stored is not None and int(stored) > self.value:
-            return UpsertOutcome.STALE
-        return UpsertOutcome.INSERTED
-
-    def finish(self, outcome: UpsertOutcome, raise_on_stale: bool) -> UpsertOutcome:
-        if outcome is UpsertOutcome.STALE and raise_on_stale:
-            raise FencedOutError(
-                f"{describe(self.token)} is older than the fence stored in {self.table.name!r}."
-                f"{self.fence_column}: the upsert was refused"
-            )
-        return outcome
-
-
-def _run_sync(executor: Session | sa.Connection, plan: _Plan, raise_on_stale: bool) -> UpsertOutcome:
-    result = cast("sa.CursorResult[Any]", executor.execute(plan.statement))
-    if plan.dialect in _POSTGRES:
-        outcome = plan.outcome_postgres(result.first())
-    elif result.rowcount == 2:
+            outcome = UpsertOutcome.INSERTED if row[0] else UpsertOutcome.UPDATED
+    elif result.rowcount == 2:  # MySQL: 2 = an existing row was changed
         outcome = UpsertOutcome.UPDATED
-    else:
-        outcome = plan.outcome_mysql(executor.execute(plan.probe).scalar())
-    assert outcome is not None
-    return plan.finish(outcome, raise_on_stale)
+    else:  # 1 = inserted or left unchanged (CLIENT_FOUND_ROWS): read the fence to tell
+        stored = (yield probe).scalar()
+        if stored is not None and int(stored) > token_value(token):
+            outcome = UpsertOutcome.STALE
+        else:
+            outcome = UpsertOutcome.INSERTED
+    if outcome is UpsertOutcome.STALE and raise_on_stale:
+        raise FencedOutError(
+            f"fenced out: {describe(token)} is older than the {fence_name} stored in "
+            f"{table.fullname!r}: the upsert was refused"
+        )
+    return outcome
 
 
-async def _run_async(
-    executor: AsyncSession | AsyncConnection, plan: _Plan, raise_on_stale: bool
-) -> UpsertOutcome:
-    result = cast("sa.CursorResult[Any]", await executor.execute(plan.statement))
-    if plan.dialect in _POSTGRES:
-        outcome = plan.outcome_postgres(result.first())
-    elif result.rowcount == 2:
-        outcome = UpsertOutcome.UPDATED
+def plan_upsert(
+    session: SyncTarget | AsyncTarget,
+    table_or_model: object,
+    token: TokenLike,
+    key: object,
+    values: object,
+    fence_column: str,
+    raise_on_stale: bool,
+) -> Steps[UpsertOutcome]:
+    """Validate everything now (also for async callers) and return the upsert's steps."""
+    value = token_value(token)
+    table = _target.resolve_table(table_or_model)
+    fence = _target.fence(table, fence_column)
+    keys = _target.checked_values(table, key, fence.name, "key")
+    payload = _target.checked_values(table, values, fence.name, "values")
+    both = sorted(set(keys) & set(payload))
+    if both:
+        raise ConfigError(f"values must not name the key columns: {', '.join(map(repr, both))}")
+    row = {**keys, **payload, fence.name: value}
+    dialect = dialect_name(session)
+    probe = (
+        sa.select(fence).where(sa.and_(*(table.c[name] == v for name, v in keys.items()))).with_for_update()
+    )
+    statement: sa.Executable
+    if dialect in _POSTGRES:
+        pg = postgresql.insert(table).values(row)
+        statement = pg.on_conflict_do_update(
+            index_elements=[table.c[name] for name in keys],
+            set_={name: pg.excluded[name] for name in [*payload, fence.name]},
+            where=_target.accepts(fence, pg.excluded[fence.name]),
+        ).returning(sa.literal_column("(xmax = 0)").label("inserted"))
+    elif dialect in _MYSQL:
+        my = mysql.insert(table).values(row)
+        ok = _target.accepts(fence, my.inserted[fence.name])
+        assignments = [
+            (name, sa.func.IF(ok, my.inserted[name], table.c[name]))
+            for name in [*payload, fence.name]  # the fence LAST: later assignments see earlier ones
+        ]
+        statement = my.on_duplicate_key_update(assignments)
     else:
-        outcome = plan.outcome_mysql((await executor.execute(plan.probe)).scalar())
-    assert outcome is not None
-    return plan.finish(outcome, raise_on_stale)
+        raise ConfigError(
+            f"fenced_upsert supports PostgreSQL and MySQL/MariaDB, not {dialect!r} "
+            "(fenced_update works on every dialect)"
+        )
+    return _outcome_steps(statement, probe, dialect in _POSTGRES, table, fence.name, token, raise_on_stale)
 
 
 @overload
 def fenced_upsert(
-    session: Session | sa.Connection,
-    table_or_model: Any,
+    session: SyncTarget,
+    table_or_model: object,
     token: TokenLike,
     *,
     key: Mapping[str, Any],
@@ -157,27 +140,27 @@ def fenced_upsert(
 
 @overload
 def fenced_upsert(
-    session: AsyncSession | AsyncConnection,
-    table_or_model: Any,
+    session: AsyncTarget,
+    table_or_model: object,
     token: TokenLike,
     *,
     key: Mapping[str, Any],
     values: Mapping[str, Any],
     fence_column: str = ...,
     raise_on_stale: bool = ...,
-) -> Awaitable[UpsertOutcome]: ...
+) -> Coroutine[Any, Any, UpsertOutcome]: ...
 
 
 def fenced_upsert(
-    session: _target.Executor,
-    table_or_model: Any,
+    session: SyncTarget | AsyncTarget,
+    table_or_model: object,
     token: TokenLike,
     *,
     key: Mapping[str, Any],
     values: Mapping[str, Any],
     fence_column: str = "fence_token",
     raise_on_stale: bool = False,
-) -> UpsertOutcome | Awaitable[UpsertOutcome]:
+) -> UpsertOutcome | Coroutine[Any, Any, UpsertOutcome]:
     """Insert the row of business key ``key``, or update it while its fence lets ``token`` through.
 
     ``key`` maps the columns of a unique constraint (or the primary key) to
@@ -191,7 +174,8 @@ def fenced_upsert(
     then insert it again: remove fenced rows with :func:`fenced_delete`, which
     keeps a tombstone.
     """
-    plan = _Plan(session, table_or_model, token, key, values, fence_column)
-    if _target.is_async(session):
-        return _run_async(session, plan, raise_on_stale)  # type: ignore[arg-type]
-    return _run_sync(session, plan, raise_on_stale)  # type: ignore[arg-type]
+    async_target = is_async(session)
+    steps = plan_upsert(session, table_or_model, token, key, values, fence_column, raise_on_stale)
+    if async_target:
+        return run_async(session, steps)  # type: ignore[arg-type]
+    return run_sync(session, steps)  # type: ignore[arg-type]
