@@ -78,7 +78,7 @@ def checked_values(table: sa.Table, values: object, fence_name: str, role: str =
         col = column(table, name, role)
         if col.name == fence_name:
             raise ConfigError(
-                f"{role} must not name the fence column {fence_name!r}: the token is set from `token`"
+                f"{role} must not name the fence column {fence_name!r}: it is set from the token"
             )
         out[col.name] = value
     return out
