@@ -16,7 +16,10 @@ import pytest
 import sqlalchemy as sa
 
 SERVERS = {
-    "postgresql": ("postgresql+psycopg://postgres@127.0.0.1:5432", "postgresql+psycopg://postgres@127.0.0.1:5432"),
+    "postgresql": (
+        "postgresql+psycopg://postgres@127.0.0.1:5432",
+        "postgresql+psycopg://postgres@127.0.0.1:5432",
+    ),
     "mariadb": ("mysql+pymysql://root@127.0.0.1:3306", "mysql+aiomysql://root@127.0.0.1:3306"),
 }
 ADMIN_DB = {"postgresql": "test", "mariadb": ""}

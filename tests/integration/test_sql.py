@@ -120,7 +120,9 @@ def row(engine: sa.Engine, name: str) -> dict[str, Any] | None:
 # -- fenced_update ---------------------------------------------------------------------
 
 
-async def test_an_update_over_a_null_fence_applies_and_stores_the_token(write: Writer, engine: sa.Engine) -> None:
+async def test_an_update_over_a_null_fence_applies_and_stores_the_token(
+    write: Writer, engine: sa.Engine
+) -> None:
     name = new_account(engine, fence=None)
     token = FenceToken(1_764_000_000_000_001, "{payments}:job:1")
     applied = await write(fenced_update, accounts, token, where={"account": name}, values={"balance": 7})
@@ -142,7 +144,9 @@ async def test_a_stale_token_changes_nothing_and_raises_when_asked(write: Writer
     assert (got["balance"], got["fence_token"]) == (100, 20)
 
 
-async def test_an_equal_token_writes_again_and_a_newer_one_takes_over(write: Writer, engine: sa.Engine) -> None:
+async def test_an_equal_token_writes_again_and_a_newer_one_takes_over(
+    write: Writer, engine: sa.Engine
+) -> None:
     name = new_account(engine, fence=None)
     where = accounts.c.account == name  # an expression, not a mapping
     assert await write(fenced_update, accounts, 5, where=where, values={"balance": 1}) is True
@@ -258,7 +262,9 @@ def test_concurrent_threads_leave_the_highest_tokens_values(engine: sa.Engine, o
 
 
 @pytest.mark.parametrize("op", ["update", "upsert"])
-async def test_concurrent_tasks_leave_the_highest_tokens_values(db: Database, engine: sa.Engine, op: str) -> None:
+async def test_concurrent_tasks_leave_the_highest_tokens_values(
+    db: Database, engine: sa.Engine, op: str
+) -> None:
     name = uuid.uuid4().hex[:20] if op == "upsert" else new_account(engine, fence=None)
     aengine = create_async_engine(db.async_url, poolclass=NullPool)
     tokens = list(range(1, 9))
@@ -267,7 +273,9 @@ async def test_concurrent_tasks_leave_the_highest_tokens_values(db: Database, en
     async def deliver(token: int) -> None:
         async with AsyncSession(aengine) as session, session.begin():
             if op == "update":
-                await fenced_update(session, Account, token, where={"account": name}, values={"balance": token})
+                await fenced_update(
+                    session, Account, token, where={"account": name}, values={"balance": token}
+                )
             else:
                 await fenced_upsert(session, Account, token, key={"account": name}, values={"balance": token})
 
