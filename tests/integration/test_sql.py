@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from alembic.migration import MigrationContext
 from alembic.operations import Operations
 from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
-from sqlalchemy.orm import DeclarativeBase, Session
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 from sqlalchemy.pool import NullPool
 from tests.sql_helpers import Database, own_database
 
@@ -29,6 +29,7 @@ from fencekit.errors import ConfigError
 from fencekit.sql import (
     UpsertOutcome,
     fence_column,
+    fence_mapped_column,
     fenced_delete,
     fenced_update,
     fenced_upsert,
@@ -366,3 +367,67 @@ def test_the_alembic_operations_add_and_drop_a_nullable_bigint_fence(engine: sa.
             drop_fence_column(table)
             drop_fence_column(table, column="other_fence")
     assert {c["name"] for c in sa.inspect(engine).get_columns(table)} == {"id", "amount"}
+
+
+# -- a declarative model with fence_mapped_column, and the README example -----------------------
+
+
+class Declared(DeclarativeBase):
+    pass
+
+
+class Shipment(Declared):
+    __tablename__ = "shipments"
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    status: Mapped[str] = mapped_column(sa.String(20))
+    fence_token: Mapped[int | None] = fence_mapped_column()
+
+
+async def test_a_declarative_model_with_fence_mapped_column(write: Writer, engine: sa.Engine) -> None:
+    Declared.metadata.create_all(engine)
+    ident = random.randrange(1, 2**31)
+    with Session(engine) as session, session.begin():
+        session.add(Shipment(id=ident, status="new"))
+    assert await write(fenced_update, Shipment, 9, where=Shipment.id == ident, values={"status": "sent"})
+    assert not await write(fenced_update, Shipment, 8, where={"id": ident}, values={"status": "lost"})
+    with Session(engine) as session:
+        got = session.get(Shipment, ident)
+        assert got is not None
+        assert (got.status, got.fence_token) == ("sent", 9)
+    columns = {c["name"]: c for c in sa.inspect(engine).get_columns("shipments")}
+    assert isinstance(columns["fence_token"]["type"], sa.BigInteger)
+    assert columns["fence_token"]["nullable"] is True
+
+
+def test_the_readme_example(db: Database) -> None:
+    # The code of the README's "Fenced SQL writes" section, as it stands there.
+    import sqlalchemy as sa
+
+    from fencekit import FenceToken
+    from fencekit.sql import UpsertOutcome, fence_column, fenced_update, fenced_upsert
+
+    metadata = sa.MetaData()
+    payments = sa.Table(
+        "payments",
+        metadata,
+        sa.Column("payment_id", sa.String(40), primary_key=True),
+        sa.Column("status", sa.String(20)),
+        fence_column(),  # a nullable BIGINT "fence_token"
+    )
+    engine = sa.create_engine(db.sync_url)  # postgresql+psycopg://... or mysql+pymysql://...
+    metadata.create_all(engine)
+
+    new, old = FenceToken(200, "job:p1"), FenceToken(100, "job:p1")  # in a job: current_job().token
+    with engine.begin() as conn:
+        key = {"payment_id": "p1"}
+        assert (
+            fenced_upsert(conn, payments, new, key=key, values={"status": "settled"})
+            is UpsertOutcome.INSERTED
+        )
+        # the older delivery, resumed after a pause past its lease, changes nothing:
+        assert fenced_update(conn, payments, old, where=key, values={"status": "refunded"}) is False
+        assert (
+            fenced_upsert(conn, payments, old, key=key, values={"status": "refunded"}) is UpsertOutcome.STALE
+        )
+        assert conn.execute(sa.select(payments.c.status, payments.c.fence_token)).one() == ("settled", 200)
+    engine.dispose()
