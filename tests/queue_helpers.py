@@ -335,14 +335,25 @@ SERVER_SCRIPT = textwrap.dedent(
 class ServerProcess:
     """``SERVER_SCRIPT`` running in a child process (stdout/stderr in a log file)."""
 
-    def __init__(self, tmp_path: Path, url: str, queue: str, *, ttl: float = 1.0, grace: float = 0.0) -> None:
-        script = tmp_path / "fk_server_proc.py"
-        script.write_text(SERVER_SCRIPT)
+    def __init__(
+        self,
+        tmp_path: Path,
+        url: str,
+        queue: str,
+        *,
+        ttl: float = 1.0,
+        grace: float = 0.0,
+        source: str = SERVER_SCRIPT,
+        extra_args: tuple[str, ...] = (),
+    ) -> None:
+        """Run ``source`` (SERVER_SCRIPT unless given) with argv ``url queue ttl grace *extra_args``."""
+        script = tmp_path / f"fk_server_proc_{abs(hash(source)) % 10**8}.py"
+        script.write_text(source)
         self.log_path = tmp_path / f"server-{time.monotonic_ns()}.log"
         self._log = open(self.log_path, "wb")  # noqa: SIM115
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
-            [sys.executable, str(script), url, queue, str(ttl), str(grace)],
+            [sys.executable, str(script), url, queue, str(ttl), str(grace), *extra_args],
             stdout=self._log,
             stderr=subprocess.STDOUT,
             env=env,
