@@ -10,9 +10,11 @@ from __future__ import annotations
 import asyncio
 import datetime
 import random
+import re
 import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -400,34 +402,15 @@ async def test_a_declarative_model_with_fence_mapped_column(write: Writer, engin
 
 
 def test_the_readme_example(db: Database) -> None:
-    # The code of the README's "Fenced SQL writes" section, as it stands there.
-    import sqlalchemy as sa
-
-    from fencekit import FenceToken
-    from fencekit.sql import UpsertOutcome, fence_column, fenced_update, fenced_upsert
-
-    metadata = sa.MetaData()
-    payments = sa.Table(
-        "payments",
-        metadata,
-        sa.Column("payment_id", sa.String(40), primary_key=True),
-        sa.Column("status", sa.String(20)),
-        fence_column(),  # a nullable BIGINT "fence_token"
-    )
-    engine = sa.create_engine(db.sync_url)  # postgresql+psycopg://... or mysql+pymysql://...
-    metadata.create_all(engine)
-
-    new, old = FenceToken(200, "job:p1"), FenceToken(100, "job:p1")  # in a job: current_job().token
-    with engine.begin() as conn:
-        key = {"payment_id": "p1"}
-        assert (
-            fenced_upsert(conn, payments, new, key=key, values={"status": "settled"})
-            is UpsertOutcome.INSERTED
-        )
-        # the older delivery, resumed after a pause past its lease, changes nothing:
-        assert fenced_update(conn, payments, old, where=key, values={"status": "refunded"}) is False
-        assert (
-            fenced_upsert(conn, payments, old, key=key, values={"status": "refunded"}) is UpsertOutcome.STALE
-        )
-        assert conn.execute(sa.select(payments.c.status, payments.c.fence_token)).one() == ("settled", 200)
+    # The README's "Fencing your database" example, as it stands there, on this test's database.
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", readme, flags=re.S)
+    (block,) = [b for b in blocks if "fenced_upsert(conn" in b]
+    code = block.replace("postgresql+psycopg://postgres@127.0.0.1:5432/test", db.sync_url)
+    assert code != block
+    namespace: dict[str, Any] = {}
+    exec(code, namespace)
+    engine = sa.create_engine(db.sync_url)
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT status, fence_token FROM payments")).one() == ("settled", 200)
     engine.dispose()
