@@ -165,12 +165,14 @@ def test_state_of_061_reads_the_same_with_ours(old_python: str, redis_url: str, 
 
     dry = upgrade("--from", "0.6", "--dry-run", "--json", "--redis-url", redis_url)
     dry_summary = summary_of(dry)
-    assert dry_summary["dry_run"] is True and dry_summary["changed"] > 0
+    assert dry_summary["dry_run"] is True
+    assert dry_summary["changed"] > 0
     assert snapshot(client) == before  # a dry run writes nothing
 
     first = summary_of(upgrade("--from", "0.6", "--json", "--redis-url", redis_url))
     assert first["changed"] == dry_summary["changed"]
-    assert first["errors"] == [] and first["error_count"] == 0
+    assert first["errors"] == []
+    assert first["error_count"] == 0
     # idem: done-key, pending-key, ends:result, conflict-done ({braced}:k is at our name already)
     assert first["migrated"] == {"fence": 2, "seq": 3, "lock": 1, "idem": 4}, first
     assert first["kept"] == 1  # ours-newer: our done is kept over 0.6's pending
@@ -181,7 +183,8 @@ def test_state_of_061_reads_the_same_with_ours(old_python: str, redis_url: str, 
     assert guard.get_result("done-key") == {"answer": 42, "list": [1, "x"]}
     assert 590_000 < client.pttl("fencekit:idem:{done-key}") <= 600_000
     assert 590_000 < client.pttl("fencekit:idem:{done-key}:result") <= 600_000
-    assert guard.get_result("ends:result") is None and guard.status("ends:result") == "done"
+    assert guard.get_result("ends:result") is None
+    assert guard.status("ends:result") == "done"
     assert guard.get_result("{braced}:k") == "braced memo"  # already at our name: left in place
     # pending stays pending, and its 0.6 owner finishes it with ours
     assert guard.status("pending-key") == "pending"
@@ -189,7 +192,8 @@ def test_state_of_061_reads_the_same_with_ours(old_python: str, redis_url: str, 
     IdempotencyGuard(client, owner_id="old-owner").mark_done("pending-key", result="finished by ours")
     assert guard.get_result("pending-key") == "finished by ours"
     # done wins over pending; an existing done of ours is kept
-    assert guard.status("conflict-done") == "done" and guard.get_result("conflict-done") == "old wins"
+    assert guard.status("conflict-done") == "done"
+    assert guard.get_result("conflict-done") == "old wins"
     assert guard.get_result("ours-newer") == "ours"
     # fences never go backwards: every token 0.6 refused, ours refuses; newer ones pass
     gate = FenceGate(client)
@@ -227,9 +231,11 @@ def test_state_of_061_reads_the_same_with_ours(old_python: str, redis_url: str, 
     assert client.get("fencekit:fence:max:res") == str(tokens[-1])
 
     again = summary_of(upgrade("--from", "0.6", "--json", "--redis-url", redis_url))
-    assert again["changed"] == 0 and again["error_count"] == 0, again
+    assert again["changed"] == 0, again
+    assert again["error_count"] == 0, again
     text = upgrade("--from", "0.6", "--redis-url", redis_url)
-    assert text.returncode == 0 and "nothing to change" in text.stdout, text.stdout
+    assert text.returncode == 0, text.stderr
+    assert "nothing to change" in text.stdout, text.stdout
 
 
 def test_delete_old_and_other_prefixes(old_python: str, redis_url: str, client: redis.Redis) -> None:
@@ -266,11 +272,14 @@ def test_bad_usage_exits_2_with_a_clear_message(redis_url: str) -> None:
     assert bad_from.returncode == 2
     assert "supported: 0.1, 0.2, 0.3, 0.4, 0.5, 0.6" in bad_from.stderr
     bad_url = upgrade("--from", "0.6", "--redis-url", "http://localhost:1/0")
-    assert bad_url.returncode == 2 and "unsupported URL scheme 'http'" in bad_url.stderr
+    assert bad_url.returncode == 2
+    assert "unsupported URL scheme 'http'" in bad_url.stderr
     unreachable = upgrade("--from", "0.6", "--redis-url", "redis://127.0.0.1:1/0")
-    assert unreachable.returncode == 2 and "cannot reach Redis" in unreachable.stderr
+    assert unreachable.returncode == 2
+    assert "cannot reach Redis" in unreachable.stderr
     env_url = upgrade("--from", "0.6", env=_ours_env(FENCEKIT_REDIS_URL="redis://h:notaport/0"))
-    assert env_url.returncode == 2 and "bad port" in env_url.stderr
+    assert env_url.returncode == 2
+    assert "bad port" in env_url.stderr
     assert upgrade("--redis-url", redis_url).returncode == 2  # --from is required
     assert upgrade("--from", "0.6", "--batch", "0", "--redis-url", redis_url).returncode == 2
 
