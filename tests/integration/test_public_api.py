@@ -287,7 +287,7 @@ def run_cli(argv: list[str], cwd: Path | None = None, **env: str) -> subprocess.
         (["--help"], 0, "stdout", "usage: fencekit pool APP [options]"),
         (["-h"], 0, "stdout", "usage: fencekit pool APP [options]"),
         ([], 2, "stderr", "usage: fencekit pool APP [options]"),
-        (["bogus"], 2, "stderr", "fencekit: error: unknown command 'bogus' (known: pool)"),
+        (["bogus"], 2, "stderr", "fencekit: error: unknown command 'bogus' (known: pool, upgrade-keys)"),
     ],
     ids=["help", "h", "no-arguments", "unknown-command"],
 )

@@ -449,3 +449,16 @@ def expired(*, beats: str, ttl_ms: int, limit: int) -> Call:
 def forget(*, consumers: str, beats: str, consumer_id: str, ttl_ms: int) -> Call:
     """Forget a consumer if its beat is still missing (``forget.lua``)."""
     return call("forget", (consumers, beats), (consumer_id, ttl_ms))
+
+
+# -- upgrade from the published fencekit 0.1-0.6 -----------------------------------------
+
+
+def upgrade_move(*, kind: str, keys: Sequence[str], delete: bool, dry_run: bool) -> Call:
+    """Carry one old-layout key (with its memo or counter) to ours (``upgrade_move.lua``).
+
+    ``kind`` is ``"idem"`` (old marker, old memo, our marker, our memo),
+    ``"lock"`` (old lock, old counter, our lock) or ``"counter"`` (old, ours);
+    reply ``migrated`` / ``current`` / ``kept`` / ``gone`` / ``foreign``.
+    """
+    return call("upgrade_move", keys, (kind, 1 if delete else 0, 1 if dry_run else 0))
