@@ -294,10 +294,11 @@ def run_cli(argv: list[str], cwd: Path | None = None, **env: str) -> subprocess.
 def test_the_fencekit_command_answers_help_and_usage_errors_with_their_exit_codes(
     args: list[str], code: int, stream: str, says: str
 ) -> None:
-    result = run_cli([fencekit_command(), *args])
-    assert result.returncode == code, result
-    assert says in getattr(result, stream)
-    assert "Traceback" not in result.stdout + result.stderr
+    for command in ([fencekit_command()], [sys.executable, "-m", "fencekit"]):
+        result = run_cli([*command, *args])
+        assert result.returncode == code, result
+        assert says in getattr(result, stream)
+        assert "Traceback" not in result.stdout + result.stderr
 
 
 def visible_settings() -> list[tuple[str, str, str]]:
