@@ -11,6 +11,7 @@ package is ``docs/design.md``.
 """
 
 from fencekit._redis.clients import connect, connect_async
+from fencekit.django import SupportsFencedUpdate, fenced_update
 from fencekit.errors import (
     CanonicalizeError,
     ConfigError,
@@ -90,6 +91,9 @@ __all__ = [  # noqa: RUF022 - grouped by topic
     "Task",
     "Worker",
     "current_job",
+    # fencing your database (Django; fencekit.sql for SQLAlchemy)
+    "SupportsFencedUpdate",
+    "fenced_update",
     # observability
     "FenceKitHooks",
     "JobEvent",
