@@ -38,6 +38,8 @@ def test_the_module_imports_without_django() -> None:
         "import sys; sys.modules['django'] = None\n"
         "import fencekit, fencekit.django\n"
         "assert fencekit.fenced_update is fencekit.django.fenced_update\n"
+        "from fencekit.storage import SupportsFencedUpdate, fenced_update  # 0.6.1's path\n"
+        "assert fenced_update is fencekit.fenced_update\n"
         "print('imported')"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
