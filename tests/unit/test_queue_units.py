@@ -669,8 +669,12 @@ def every_call(keys: KeySpace, queue: str) -> dict[str, scripts.Call]:
 
 
 def is_primitive(name: str) -> bool:
-    """Lock / fence / idempotency scripts: their keys come from the caller's resource."""
-    return name.startswith(("lock_", "idem_", "fence_")) and name != "fence_set"
+    """Lock / fence / idempotency scripts: their keys come from the caller's resource.
+
+    ``upgrade_move`` too: it moves one old key to our name for it (two slots by nature: the
+    upgrade command is not for Cluster), tested by ``test_upgrade_keys.py``.
+    """
+    return (name.startswith(("lock_", "idem_", "fence_")) and name != "fence_set") or name == "upgrade_move"
 
 
 def test_every_queue_script_has_a_builder_checked_here() -> None:

@@ -113,4 +113,4 @@ if kind == 'counter' then
   return finish('migrated', KEYS[1])
 end
 
-return redis.error_reply('ERR upgrade_move.lua: unknown kind ' .. tostring(kind))
+error('upgrade_move.lua: unknown kind ' .. tostring(kind))  -- a bug of the builder, not input
