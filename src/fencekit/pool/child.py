@@ -43,6 +43,7 @@ from fencekit._redis.keys import KeySpace
 from fencekit._redis.url import parse_url
 from fencekit.errors import ConfigError, FenceKitError, StoreError
 from fencekit.pool.board import READY, STARTING, STOPPING, TICK, Board
+from fencekit.pool.stall import register_stack_dump
 from fencekit.queue import ids
 from fencekit.queue.client import Client
 from fencekit.queue.consumer import Consumer
@@ -88,6 +89,9 @@ class ChildConfig:
     worker_paths: tuple[str, ...] = field(default_factory=tuple)
     board_queues: tuple[str, ...] = field(default_factory=tuple)
     """The queues whose job durations the board's slots hold, in order."""
+    stack_fd: int = -1
+    """The slot's stack file: faulthandler dumps every thread there on
+    :data:`~fencekit.pool.stall.STACK_SIGNAL` (:mod:`fencekit.pool.stall`); -1 for none."""
 
     def to_json(self) -> bytes:
         return orjson.dumps(
@@ -101,6 +105,7 @@ class ChildConfig:
                 "app": self.app,
                 "worker_paths": list(self.worker_paths),
                 "board_queues": list(self.board_queues),
+                "stack_fd": self.stack_fd,
             }
         )
 
@@ -117,6 +122,7 @@ class ChildConfig:
             app=data.get("app"),
             worker_paths=tuple(data.get("worker_paths", ())),
             board_queues=tuple(data.get("board_queues", ())),
+            stack_fd=int(data.get("stack_fd", -1)),
         )
 
 
@@ -167,6 +173,7 @@ def run_and_exit(config: ChildConfig, app: App, board: Board, logger: logging.Lo
     code = ExitCode.ERROR
     try:
         die_with_parent()
+        register_stack_dump(config.stack_fd)  # so a stalled loop can still tell where it is
         registry = WorkerRegistry()
         registry.add(app.workers)
         loop = new_loop()

@@ -149,11 +149,11 @@ def fork_child(config: ChildConfig, app: App, board: Board, logger: logging.Logg
 
 
 def exec_child(config: ChildConfig) -> subprocess.Popen[bytes]:
-    """Start ``python -m fencekit.pool.exec_child`` with ``config`` on its stdin (the board fd passed)."""
+    """Start ``python -m fencekit.pool.exec_child``, ``config`` on its stdin (board and stack fds passed)."""
     popen = subprocess.Popen(
         [sys.executable, "-m", "fencekit.pool.exec_child"],
         stdin=subprocess.PIPE,
-        pass_fds=(config.board_fd,),
+        pass_fds=(config.board_fd,) + ((config.stack_fd,) if config.stack_fd >= 0 else ()),
         env={k: v for k, v in os.environ.items() if k not in _NOT_FOR_CHILDREN},
     )
     assert popen.stdin is not None

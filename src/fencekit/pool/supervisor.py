@@ -12,7 +12,9 @@ loop -- never ``waitpid(-1)``, which would steal a host's children -- returns
 the dead child's in-flight tasks immediately (a crash is a failed attempt
 under the retry policy) and restarts the slot, with a back-off that grows
 while the slot keeps dying soon after starting. A child whose loop stops
-ticking its liveness slot for ``hang_timeout`` is killed and handled as dead.
+ticking its liveness slot for ``hang_timeout`` is killed and handled as dead,
+after one log record that names the tasks it ran and its stack
+(:mod:`fencekit.pool.stall`, bounded to about half a second).
 A child that fails while booting stops the whole pool with
 :attr:`~fencekit.runtime.exits.ExitCode.BOOT`.
 
@@ -44,6 +46,7 @@ from fencekit.pool.children import (
     ChildState,
     restart_delay,
 )
+from fencekit.pool.stall import StackFile, diagnose
 from fencekit.pool.watch import HANG_CHECK, HangWatch
 from fencekit.queue.client import Client
 from fencekit.queue.histogram import DurationHistogram, QueueDurations
@@ -91,6 +94,8 @@ class Supervisor:
         self.queues = self.registry.queues
         self.children = [Child(slot) for slot in range(settings["procs"])]
         self.board: Board | None = None
+        self.hangs: HangWatch | None = None
+        self.stacks: dict[int, StackFile] = {}  # slot -> the file its children dump their stack into
         self.services = Services(
             self,
             settings=settings,
@@ -142,13 +147,14 @@ class Supervisor:
         await run_hooks(self.app.on_pool_startup, client)
         self.board = Board(self.settings["procs"], self.registry.queues)
         self.board.set_beat_ok(time.monotonic())
+        self.stacks = {child.slot: StackFile(child.slot) for child in self.children}
         for child in self.children:
             self._new_incarnation(child)
         await self.services.beat_once()  # registered before they can claim: the reaper can see them
         for child in self.children:
             self._spawn(child)
-        hangs = HangWatch(
-            self.children, self.board, self._hang_timeout(), self._read_board, self._kill_hung, self.logger
+        self.hangs = hangs = HangWatch(
+            self.children, self.board, self._hang_timeout(), self._read_board, self._kill_hung
         )
         extra = [Loop("hang watch", hangs.check, lambda: HANG_CHECK, Backoff(self.logger, "hang watch"))]
         interval = sdnotify.watchdog_interval()
@@ -215,6 +221,9 @@ class Supervisor:
             if self.board is not None:
                 self.board.close()
                 self.board = None
+            for stack in self.stacks.values():
+                stack.close()
+            self.stacks = {}
             self.stopped.set()
             self.logger.info("pool stopped")
 
@@ -262,6 +271,7 @@ class Supervisor:
             parent=os.getpid(),
             app=self.app_spec,
             worker_paths=self.worker_paths,
+            stack_fd=self.stacks[child.slot].fd if child.slot in self.stacks else -1,
         )
         child.start(config, self.spawn, self.app, self.board, self.logger)
         loop = asyncio.get_running_loop()
@@ -354,9 +364,31 @@ class Supervisor:
     def _hang_timeout(self) -> float:
         return self.settings["hang_timeout"] or self.settings["heartbeat_ttl"]
 
-    def _kill_hung(self, child: Child) -> None:
-        child.state = ChildState.HUNG
-        child.signal(signal.SIGKILL)
+    async def _kill_hung(self, child: Child, silent: float) -> None:
+        """Say which tasks ``child`` ran and where its loop is stuck (one record), then kill it."""
+        pid = child.pid
+        try:
+            report = await diagnose(
+                self.services.redis,
+                self.keys,
+                self.queues,
+                child.consumer_id,
+                self.stacks.get(child.slot),
+                child.signal,
+            )
+        except Exception as exc:  # a bug in the explanation must not spare the child
+            report = f"(could not explain the stall: {type(exc).__name__}: {exc})"
+        finally:
+            if child.pid == pid and child.state is ChildState.SERVING:
+                child.state = ChildState.HUNG
+                child.signal(signal.SIGKILL)
+        self.logger.error(
+            "child %d (pid %d) is hung: its event loop has not ticked for %.1fs; killing it\n%s",
+            child.slot,
+            pid,
+            silent,
+            report,
+        )
 
     async def _watchdog(self) -> None:
         """Feed systemd's watchdog while the heartbeat reaches Redis and every loop runs."""
@@ -410,21 +442,30 @@ class Supervisor:
         return total
 
     def children_view(self) -> tuple[ChildView, ...]:
-        """Pid, restarts, uptime and progress of each child (for /admin, /metrics and ``Pool.children``)."""
+        """Pid, restarts, uptime and progress of each child (for /admin, /metrics and ``Pool.children``).
+
+        The one place a child's shown state is derived: its :class:`ChildState`,
+        except that a serving child whose loop has been silent past the stall
+        threshold shows as ``"stalled"`` (not ready), with how long.
+        """
         from fencekit.web.views import ChildView
 
         now = time.monotonic()
-        return tuple(
-            ChildView(
-                pid=c.pid,
-                slot=c.slot,
-                restarts=c.restarts,
-                uptime=round(now - c.started, 1) if c.alive else 0.0,
-                alive=c.alive,
-                processed=self.board.read_slot(c.slot)[3] if self.board is not None else 0,
-                state=c.state.value,
-                consumer_id=c.consumer_id,
-                ready=c.ready,
+        views = []
+        for c in self.children:
+            stalled = self.hangs.stalled_for(c) if self.hangs is not None else None
+            views.append(
+                ChildView(
+                    pid=c.pid,
+                    slot=c.slot,
+                    restarts=c.restarts,
+                    uptime=round(now - c.started, 1) if c.alive else 0.0,
+                    alive=c.alive,
+                    processed=self.board.read_slot(c.slot)[3] if self.board is not None else 0,
+                    state="stalled" if stalled is not None else c.state.value,
+                    consumer_id=c.consumer_id,
+                    ready=c.ready and stalled is None,
+                    stalled_for=round(stalled, 1) if stalled is not None else None,
+                )
             )
-            for c in self.children
-        )
+        return tuple(views)

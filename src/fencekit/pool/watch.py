@@ -7,16 +7,23 @@ itself does it (gunicorn's heartbeat file, without the file system). The
 supervisor checks every :data:`HANG_CHECK` seconds; when the check itself
 ran late (the whole pool was stopped, SIGSTOP or a suspended VM), its
 children were stopped too, so silence is counted from that moment on.
+
+A serving child silent for longer than :func:`~fencekit.pool.stall.stall_threshold`
+is *stalled* (:meth:`HangWatch.stalled_for`, shown on the admin page before
+the kill); one silent for ``timeout`` is handed to ``kill``, which explains
+the stall (:mod:`fencekit.pool.stall`) and kills it. The silence is measured
+in this one place for both.
 """
 
 from __future__ import annotations
 
-import logging
+import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from fencekit.pool.board import Board
 from fencekit.pool.children import Child, ChildState
+from fencekit.pool.stall import stall_threshold
 
 __all__ = ["HANG_CHECK", "HangWatch"]
 
@@ -24,7 +31,11 @@ HANG_CHECK = 0.5
 
 
 class HangWatch:
-    """Finds serving children silent for longer than ``timeout`` and hands them to ``kill``."""
+    """Finds serving children silent for longer than ``timeout`` and hands them to ``kill``.
+
+    ``kill(child, silent)`` is awaited (it may spend up to about a second
+    explaining the stall); the children found in one round are handled at once.
+    """
 
     def __init__(
         self,
@@ -32,16 +43,27 @@ class HangWatch:
         board: Board,
         timeout: float,
         read_board: Callable[[], None],
-        kill: Callable[[Child], None],
-        logger: logging.Logger,
+        kill: Callable[[Child, float], Awaitable[None]],
     ) -> None:
         self.children = children
         self.board = board
         self.timeout = timeout
+        self.stall_after = stall_threshold(timeout)
         self.read_board = read_board
         self.kill = kill
-        self.logger = logger
         self._last = self._resumed = time.monotonic()
+
+    def silence(self, child: Child, now: float) -> float:
+        """Seconds since ``child``'s loop last ticked (not counting a pause of the whole pool)."""
+        tick, _, _, _ = self.board.read_slot(child.slot)
+        return now - max(tick, self._resumed)
+
+    def stalled_for(self, child: Child) -> float | None:
+        """How long a serving ``child``'s loop has been silent, when longer than :attr:`stall_after`."""
+        if child.state is not ChildState.SERVING:
+            return None
+        silent = self.silence(child, time.monotonic())
+        return silent if silent > self.stall_after else None
 
     async def check(self) -> None:
         """One round: kill every serving child whose loop has not ticked for ``timeout``."""
@@ -50,16 +72,12 @@ class HangWatch:
             self._resumed = now  # the supervisor itself was stopped: so were its children, don't blame them
         self._last = now
         self.read_board()
+        hung = []
         for child in self.children:
-            if child.state is not ChildState.SERVING:
-                continue
-            tick, _, _, _ = self.board.read_slot(child.slot)
-            silent = now - max(tick, self._resumed)
-            if silent > self.timeout:
-                self.logger.error(
-                    "child %d (pid %d) is hung: its event loop has not ticked for %.1fs; killing it",
-                    child.slot,
-                    child.pid,
-                    silent,
-                )
-                self.kill(child)
+            if child.state is ChildState.SERVING:
+                silent = self.silence(child, now)
+                if silent > self.timeout:
+                    hung.append(self.kill(child, silent))
+        if hung:
+            await asyncio.gather(*hung)
+            self._last = time.monotonic()  # the time spent explaining is not a pause of the pool

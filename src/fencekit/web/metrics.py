@@ -4,7 +4,8 @@ Counters and gauges per queue, the consumers with a fresh heartbeat, the
 p50/p95 and depth of each queue's newest complete minute of history (over
 every host: what a per-host histogram cannot give), the job-duration
 histogram of this process, its periodic loops (unexpected
-errors survived, alive) and, under a pool, its children.
+errors survived, alive) and, under a pool, its children (restarts, uptime,
+seconds a stalled loop has been silent).
 ``fencekit_redis_up`` is 0 when Redis did not answer the scrape; the
 histogram and the children, which do not live in Redis, are still reported.
 """
@@ -190,11 +191,18 @@ def _child_metrics(children: tuple[ChildView, ...]) -> Iterator[Metric]:
     uptime = GaugeMetricFamily(
         "fencekit_pool_child_uptime_seconds", "Seconds since the child of a slot started.", labels=["slot"]
     )
+    stalled = GaugeMetricFamily(
+        "fencekit_pool_child_stalled_seconds",
+        "Seconds the event loop of a slot's child has not ticked, once past the stall threshold; else 0.",
+        labels=["slot"],
+    )
     for child in children:
         restarts.add_metric([str(child.slot)], float(child.restarts))
         uptime.add_metric([str(child.slot)], child.uptime)
+        stalled.add_metric([str(child.slot)], child.stalled_for or 0.0)
     yield restarts
     yield uptime
+    yield stalled
     count = GaugeMetricFamily("fencekit_pool_children", "Pool children running now.")
     count.add_metric([], float(len(children)))
     yield count

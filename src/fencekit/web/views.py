@@ -57,9 +57,11 @@ class ChildView:
     uptime: float
     alive: bool = True
     processed: int | None = None
-    state: str = ""  # where the child is in its life: "serving", "starting", "hung" ...
+    state: str = ""  # where the child is in its life: "serving", "stalled", "starting", "hung" ...
     consumer_id: str = ""
     ready: bool = False  # serving (the state is "serving")
+    stalled_for: float | None = None
+    """Seconds its event loop has not ticked, when past the stall threshold (state "stalled")."""
 
 
 @dataclass(frozen=True, slots=True)
