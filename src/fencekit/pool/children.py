@@ -19,12 +19,25 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from fencekit.pool.board import Board
 from fencekit.pool.child import ChildConfig, fork_hygiene, run_and_exit
 from fencekit.runtime.app import App
 
-__all__ = ["Child", "ChildState", "collect", "describe_exit", "exec_child", "fork_child", "restart_delay"]
+if TYPE_CHECKING:
+    from fencekit.web.views import ChildView
+
+__all__ = [
+    "Child",
+    "ChildState",
+    "child_view",
+    "collect",
+    "describe_exit",
+    "exec_child",
+    "fork_child",
+    "restart_delay",
+]
 
 QUICK_DEATH = 5.0  # a child dying sooner than this after its start counts toward back-off
 MAX_BACKOFF = 30.0
@@ -195,3 +208,28 @@ def restart_delay(child: Child, lived: float, expected: bool) -> float:
         return 0.0
     child.quick_deaths += 1
     return float(min(MAX_BACKOFF, 0.1 * 2.0 ** (child.quick_deaths - 1)))
+
+
+def child_view(child: Child, board: Board | None, stalled: float | None) -> ChildView:
+    """``child`` as /admin, /metrics and ``Pool.children`` show it: the one place its shown state is derived.
+
+    The state is its :class:`ChildState`, except that a serving child whose
+    loop has been silent past the stall threshold for ``stalled`` seconds
+    (:meth:`~fencekit.pool.watch.HangWatch.stalled_for`) shows ``"stalled"``,
+    not ready: it is alive, but serves nothing until its loop runs again or
+    the hang watch kills it.
+    """
+    from fencekit.web.views import ChildView  # the web package is loaded lazily (docs/design.md)
+
+    return ChildView(
+        pid=child.pid,
+        slot=child.slot,
+        restarts=child.restarts,
+        uptime=round(time.monotonic() - child.started, 1) if child.alive else 0.0,
+        alive=child.alive,
+        processed=board.read_slot(child.slot)[3] if board is not None else 0,
+        state="stalled" if stalled is not None else child.state.value,
+        consumer_id=child.consumer_id,
+        ready=child.ready and stalled is None,
+        stalled_for=round(stalled, 1) if stalled is not None else None,
+    )

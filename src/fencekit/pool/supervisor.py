@@ -44,6 +44,7 @@ from fencekit.pool.child import ChildConfig
 from fencekit.pool.children import (
     Child,
     ChildState,
+    child_view,
     restart_delay,
 )
 from fencekit.pool.stall import StackFile, diagnose
@@ -442,30 +443,9 @@ class Supervisor:
         return total
 
     def children_view(self) -> tuple[ChildView, ...]:
-        """Pid, restarts, uptime and progress of each child (for /admin, /metrics and ``Pool.children``).
-
-        The one place a child's shown state is derived: its :class:`ChildState`,
-        except that a serving child whose loop has been silent past the stall
-        threshold shows as ``"stalled"`` (not ready), with how long.
-        """
-        from fencekit.web.views import ChildView
-
-        now = time.monotonic()
-        views = []
-        for c in self.children:
-            stalled = self.hangs.stalled_for(c) if self.hangs is not None else None
-            views.append(
-                ChildView(
-                    pid=c.pid,
-                    slot=c.slot,
-                    restarts=c.restarts,
-                    uptime=round(now - c.started, 1) if c.alive else 0.0,
-                    alive=c.alive,
-                    processed=self.board.read_slot(c.slot)[3] if self.board is not None else 0,
-                    state="stalled" if stalled is not None else c.state.value,
-                    consumer_id=c.consumer_id,
-                    ready=c.ready and stalled is None,
-                    stalled_for=round(stalled, 1) if stalled is not None else None,
-                )
-            )
-        return tuple(views)
+        """Each child as /admin, /metrics and ``Pool.children`` show it (:func:`child_view`)."""
+        hangs = self.hangs
+        return tuple(
+            child_view(c, self.board, hangs.stalled_for(c) if hangs is not None else None)
+            for c in self.children
+        )
