@@ -108,7 +108,11 @@ class Pool:
         await self.stop()
 
     def children(self) -> list[dict[str, Any]]:
-        """Slot, pid, consumer id, state, restarts, uptime and tasks processed of each child (JSON-ready)."""
+        """Slot, pid, consumer id, state, restarts, uptime and tasks processed of each child (JSON-ready).
+
+        ``state`` is ``"stalled"`` (with ``stalled_for`` seconds) while a serving
+        child's event loop has stopped ticking, before the hang watch kills it.
+        """
         if self.supervisor is None:
             return []
         return [dataclasses.asdict(view) for view in self.supervisor.children_view()]

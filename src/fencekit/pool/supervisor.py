@@ -368,6 +368,11 @@ class Supervisor:
     async def _kill_hung(self, child: Child, silent: float) -> None:
         """Say which tasks ``child`` ran and where its loop is stuck (one record), then kill it."""
         pid = child.pid
+
+        def ask(sig: int) -> None:  # never a later incarnation of the slot: it may not handle sig yet
+            if child.pid == pid and child.state is ChildState.SERVING:
+                child.signal(sig)
+
         try:
             report = await diagnose(
                 self.services.redis,
@@ -375,7 +380,7 @@ class Supervisor:
                 self.queues,
                 child.consumer_id,
                 self.stacks.get(child.slot),
-                child.signal,
+                ask,
             )
         except Exception as exc:  # a bug in the explanation must not spare the child
             report = f"(could not explain the stall: {type(exc).__name__}: {exc})"

@@ -56,7 +56,8 @@ class HangWatch:
     def silence(self, child: Child, now: float) -> float:
         """Seconds since ``child``'s loop last ticked (not counting a pause of the whole pool)."""
         tick, _, _, _ = self.board.read_slot(child.slot)
-        return now - max(tick, self._resumed)
+        resumed = now if now - self._last > 4 * HANG_CHECK else self._resumed  # paused, not checked yet
+        return now - max(tick, resumed)
 
     def stalled_for(self, child: Child) -> float | None:
         """How long a serving ``child``'s loop has been silent, when longer than :attr:`stall_after`."""
