@@ -4,7 +4,9 @@ A slot's process moves through :class:`ChildState`; the supervisor decides
 the moves (:mod:`fencekit.pool.supervisor`), this module only knows how to
 start a process -- by ``fork`` with signals blocked around it, or by exec of
 ``python -m fencekit.pool.exec_child`` with its config on stdin -- and how
-to collect and describe its exit status.
+to collect and describe its exit status. :func:`child_view` is how a child
+is shown (/admin, /metrics, ``Pool.children``): its state, or *stalled*
+while its loop is silent (an observation of the hang watch, not a move).
 """
 
 from __future__ import annotations
