@@ -223,7 +223,7 @@ async def test_an_embedded_pool_shows_its_exec_child_stalled_and_logs_its_stack(
     srv = private_redis.client()
     try:
         async with Pool(
-            "stallapp:WORKERS", procs=1, redis_url=url, hang_timeout=4.0, web_port=None, logger=logger
+            "stallapp:WORKERS", procs=1, redis_url=url, hang_timeout=6.0, web_port=None, logger=logger
         ) as pool:
             async with Client(url) as client:
                 jid = await client.enqueue(Task("stall", "block", {"seconds": 120}))
