@@ -36,6 +36,7 @@ from typing_extensions import Unpack
 
 from fencekit.hooks import FenceKitHooks, JobEvent
 from fencekit.queue.client import Client
+from fencekit.queue.records import JobInfo
 from fencekit.runtime.app import App
 from fencekit.runtime.server import Server
 from fencekit.settings import ServerOptions
@@ -59,13 +60,20 @@ class Succeeded:
 
 @dataclass(frozen=True, slots=True)
 class Failed:
-    """A task that failed for good (retries spent, a timeout, a dead letter) and its exception."""
+    """A task that failed for good (retries spent, a timeout, a dead letter) and why.
+
+    ``error`` is the exception its last attempt raised (None for a dead
+    letter, which never ran: bad input, no worker); ``reason`` is the
+    error as its record keeps it (``"ValueError: ..."``, or the dead
+    letter's reason).
+    """
 
     jid: str | None
     queue: str
     operation: str
     error: BaseException | None
     attempt: int = 0
+    reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -89,7 +97,8 @@ class Drained:
             if failure.error is not None:
                 raise failure.error
         if self.failed:
-            raise AssertionError(f"task {self.failed[0].jid} failed: {self.failed[0]}")
+            first = self.failed[0]
+            raise AssertionError(f"task {first.jid} ({first.queue}/{first.operation}) failed: {first.reason}")
 
 
 @dataclass
@@ -160,15 +169,26 @@ async def drain(
         dead_before = await _dead(client, queues)
         await server.run()
         succeeded = []
-        for event in recorder.succeeded:
-            info = await client.job(event.jid, queue=event.queue) if event.jid is not None else None
+        for e in recorder.succeeded:
+            info = await _record(client, e)
             result = info.result if info is not None else None
-            succeeded.append(Succeeded(event.jid or "", event.queue, event.operation, result, event.attempt))
-        failed = tuple(Failed(e.jid, e.queue, e.operation, e.error, e.attempt) for e in recorder.failed)
+            succeeded.append(Succeeded(e.jid or "", e.queue, e.operation, result, e.attempt))
+        failed = []
+        for e in recorder.failed:
+            info = await _record(client, e)
+            operation = e.operation or (info.operation if info is not None else None) or ""
+            reason = f"{type(e.error).__name__}: {e.error}" if e.error is not None else ""
+            if info is not None and info.error is not None:
+                reason = str(info.error)
+            failed.append(Failed(e.jid, e.queue, operation, e.error, e.attempt, reason))
         dead = await _dead(client, queues) - dead_before
-        return Drained(tuple(succeeded), failed, recorder.retried, dead)
+        return Drained(tuple(succeeded), tuple(failed), recorder.retried, dead)
     finally:
         await client.close()
+
+
+async def _record(client: Client, event: JobEvent) -> JobInfo | None:
+    return await client.job(event.jid, queue=event.queue) if event.jid is not None else None
 
 
 async def _dead(client: Client, queues: Sequence[str]) -> int:
