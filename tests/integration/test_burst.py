@@ -264,3 +264,24 @@ def test_fencekit_burst_in_the_environment_turns_burst_mode_on(app_dir: Path, re
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert "burst: every queue is empty" in done.stdout
+
+
+async def test_an_embedded_burst_pool_stops_by_itself_once_drained_and_wait_returns_0(
+    app_dir: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fencekit.pool import Pool
+
+    monkeypatch.syspath_prepend(str(app_dir))
+    monkeypatch.setenv("PYTHONPATH", str(app_dir))
+    r = redis.Redis.from_url(redis_url)
+    async with Client(redis_url) as client:
+        await client.enqueue_many(Task("burst-a", "fan", {"n": 2}) for _ in range(10))
+    pool = Pool("burstapp:WORKERS", procs=1, redis_url=redis_url, web_port=None, burst=True)
+    try:
+        await pool.start()
+        assert await pool.wait() == 0
+    finally:
+        await pool.stop()
+        sys.modules.pop("burstapp", None)
+    assert stats(r, "burst-b")["processed"] == 20
+    assert _left(r, "burst-a", "burst-b") == {"burst-a": (0, 0, 0), "burst-b": (0, 0, 0)}
