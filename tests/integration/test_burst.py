@@ -11,6 +11,7 @@ left and leaves the task where it was.
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import textwrap
@@ -26,8 +27,18 @@ from fencekit.errors import DrainTimeout
 from fencekit.queue.drain import DrainRule, Observation, QueueLeft, observe
 
 
+async def _relay(payload: dict[str, Any], queue: str, operation: str) -> None:
+    """A hop of a relay: wait ``pause`` s (several observations see this queue busy and the other
+    one empty), then enqueue the next hop into the other queue and finish."""
+    relay = payload.get("relay", 0)
+    if relay:
+        await asyncio.sleep(payload.get("pause", 0.0))
+        next_hop = {"n": 0, "relay": relay - 1, "pause": payload.get("pause", 0.0)}
+        await current_job().enqueue(Task(queue, operation, next_hop))
+
+
 class Fan:
-    """Queue burst-a: enqueues ``n`` leaves into burst-b, then (``hops``) a Fan of its own again."""
+    """Queue burst-a: enqueues ``n`` leaves into burst-b; a ``relay`` hop hands on to a Leaf."""
 
     queue = "burst-a"
     operation = "fan"
@@ -38,11 +49,12 @@ class Fan:
         job = current_job()
         for i in range(payload["n"]):
             await job.enqueue(Task("burst-b", "leaf", {"i": i}))
+        await _relay(payload, "burst-b", "leaf")
         cls.runs.append(payload["n"])
 
 
 class Leaf:
-    """Queue burst-b: counts its runs; a ``relay`` leaf enqueues a Fan back into burst-a."""
+    """Queue burst-b: counts its runs; a ``relay`` hop hands on to a Fan in burst-a."""
 
     queue = "burst-b"
     operation = "leaf"
@@ -51,9 +63,7 @@ class Leaf:
     @classmethod
     async def perform(cls, payload: dict[str, Any]) -> None:
         cls.runs += 1
-        relay = payload.get("relay", 0)
-        if relay:
-            await current_job().enqueue(Task("burst-b", "leaf", {"relay": relay - 1}))
+        await _relay(payload, "burst-a", "fan")
 
 
 class Flaky:
@@ -111,16 +121,25 @@ async def test_a_burst_server_on_empty_queues_returns_at_once(redis_url: str) ->
     assert not server.started.is_set()
 
 
-async def test_a_chain_of_follow_ups_across_two_queues_never_ends_the_run_early(redis_url: str) -> None:
-    """Each hop enqueues the next into the other queue while that one was seen empty: all hops run."""
+@pytest.mark.parametrize("pause", [0.0, 0.25], ids=["at-once", "after-observations"])
+async def test_a_chain_of_follow_ups_across_two_queues_never_ends_the_run_early(
+    redis_url: str, pause: float
+) -> None:
+    """Each hop enqueues the next into the other queue, which the watch has seen empty: all hops run.
+
+    With ``pause`` each hop runs across several observations that see its
+    own queue busy and the other one empty before the follow-up arrives.
+    """
     _reset()
     r = redis.Redis.from_url(redis_url)
+    hops = 8 if pause else 40
     async with Client(redis_url) as client:
-        await client.enqueue(Task("burst-b", "leaf", {"relay": 40}))
+        await client.enqueue(Task("burst-b", "leaf", {"relay": hops, "pause": pause}))
     server = new_server(redis_url, Fan, Leaf, burst=True, web_port=None)
     await server.run()
-    assert Leaf.runs == 41
-    assert stats(r, "burst-b")["processed"] == 41
+    assert Leaf.runs + len(Fan.runs) == hops + 1
+    a, b = stats(r, "burst-a"), stats(r, "burst-b")
+    assert a.get("processed", 0) + b["processed"] == hops + 1
     assert _left(r, "burst-a", "burst-b") == {"burst-a": (0, 0, 0), "burst-b": (0, 0, 0)}
 
 
