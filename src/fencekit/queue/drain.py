@@ -27,7 +27,10 @@ queue's counters unchanged between them**.
   queue sees either place at one instant.
 
 Anything that happened between the two observations changes a counter, so
-"unchanged" means "nothing ran, nothing arrived".
+"unchanged" means "nothing ran, nothing arrived". (On one Redis node the
+probes of one pipeline mostly run back to back, so the first race needs
+Redis Cluster, where each queue's probe goes to its own node, or a busy
+server; the rule does not rely on either.)
 
 **Tasks scheduled far ahead** (a delayed enqueue, a long retry delay) keep
 the queue not drained: burst mode waits for them, as arq does, since a
