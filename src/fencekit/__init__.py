@@ -15,6 +15,7 @@ from fencekit.django import SupportsFencedUpdate, fenced_update
 from fencekit.errors import (
     CanonicalizeError,
     ConfigError,
+    DrainTimeout,
     DurabilityError,
     EncodeError,
     FencedOutError,
@@ -104,6 +105,7 @@ __all__ = [  # noqa: RUF022 - grouped by topic
     # errors
     "CanonicalizeError",
     "ConfigError",
+    "DrainTimeout",
     "DurabilityError",
     "EncodeError",
     "FenceKitError",

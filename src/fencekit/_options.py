@@ -24,6 +24,8 @@ __all__ = ["ENV_PREFIX", "Option", "Setting", "defaults", "describe", "given", "
 
 ENV_PREFIX = "FENCEKIT_"
 _OFF = frozenset(("", "none", "off", "null"))
+_TRUE = frozenset(("1", "true", "yes", "on"))
+_FALSE = frozenset(("0", "false", "no", "off", ""))
 
 
 @dataclass(frozen=True)
@@ -76,8 +78,13 @@ class Setting:
         return type(None) in _union_args(self.type)
 
     @property
+    def is_switch(self) -> bool:
+        """A ``bool`` setting: a flag without a value (``--burst``), ``FENCEKIT_BURST=1``."""
+        return self.base is bool
+
+    @property
     def base(self) -> type:
-        """The type without ``None``: int, float or str."""
+        """The type without ``None``: bool, int, float or str."""
         (base,) = [t for t in _union_args(self.type) if t is not type(None)]
         return base
 
@@ -97,6 +104,8 @@ class Setting:
         try:
             if self.option.parse is not None:
                 value = self.option.parse(text)
+            elif self.is_switch:
+                value = _switch(text)
             elif self.optional and text.strip().lower() in _OFF:
                 value = None
             else:
@@ -123,6 +132,10 @@ class Setting:
                 return None
             raise ValueError("be set, got None")
         base = self.base
+        if base is bool:
+            if not isinstance(value, bool):
+                raise ValueError(f"be True or False, got {value!r}")
+            return value
         if base is float:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise ValueError(f"be a number, got {value!r}")
@@ -144,6 +157,15 @@ class Setting:
         if self.option.secret:
             message = message.split(", got ")[0]
         return ConfigError(f"{self.name} must {message} ({source})")
+
+
+def _switch(text: str) -> bool:
+    word = text.strip().lower()
+    if word in _TRUE:
+        return True
+    if word in _FALSE:
+        return False
+    raise ValueError(f"be one of 1, true, yes, on or 0, false, no, off, got {text!r}")
 
 
 def _union_args(tp: Any) -> tuple[Any, ...]:

@@ -17,8 +17,9 @@
     ├── NoCurrentJob (RuntimeError)  current_job() outside a running job
     ├── JobNotFound (LookupError)    no record of that jid: never kept, or forgotten
     ├── JobFailed                    Client.result() of a task that failed (.error)
-    └── JobCancelled                 Client.result() of a task cancelled before it finished
-        └── JobExpired               ... or dropped unrun past its expires time
+    ├── JobCancelled                 Client.result() of a task cancelled before it finished
+    │   └── JobExpired               ... or dropped unrun past its expires time
+    └── DrainTimeout                 a burst run or drain() ran out of time with tasks left (.left)
 
 Redis errors become ours at one boundary (``fencekit._redis.run``:
 ``translate_error`` for redis-py's exceptions, ``translate_reply`` for an
@@ -39,6 +40,7 @@ __all__ = [
     "SCRIPT_ERRORS",
     "CanonicalizeError",
     "ConfigError",
+    "DrainTimeout",
     "DurabilityError",
     "EncodeError",
     "FenceKitError",
@@ -149,6 +151,18 @@ class JobCancelled(FenceKitError):
 
 class JobExpired(JobCancelled):
     """The task was dropped unrun: its ``expires`` time had passed when it was claimed."""
+
+
+class DrainTimeout(FenceKitError):
+    """Burst mode (``Server(burst=True)``, ``fencekit.testing.drain``) ran out of time with tasks left.
+
+    ``left`` says what each non-empty queue still held (pending, scheduled,
+    in flight, when the next scheduled task is due); the tasks stay in Redis.
+    """
+
+    def __init__(self, message: str, left: str = "") -> None:
+        super().__init__(message)
+        self.left = left
 
 
 #: Error-reply prefixes used by fencekit's Lua scripts, mapped to exceptions.

@@ -236,6 +236,24 @@ class ServerOptions(ClientOptions, total=False):
             metavar="N",
         ),
     ]
+    burst: Annotated[
+        bool,
+        Option(
+            False,
+            "burst mode: serve until every queue of the app is empty (nothing pending, scheduled or "
+            "in flight), then stop as on SIGTERM and exit 0 (batch runs, tests)",
+        ),
+    ]
+    burst_timeout: Annotated[
+        float | None,
+        Option(
+            None,
+            "burst mode: stop after this many seconds even if tasks are left (a task scheduled far "
+            "ahead, say), saying what is left, with exit code 5 (default: none, wait for them)",
+            check=positive,
+            metavar="S",
+        ),
+    ]
     link: Annotated[
         str, Option("lean", "hot-path connection: lean or redis-py (benchmarks)", check=_link, flag=False)
     ]

@@ -33,6 +33,7 @@ from fencekit.errors import (
     SCRIPT_ERRORS,
     CanonicalizeError,
     ConfigError,
+    DrainTimeout,
     DurabilityError,
     EncodeError,
     FencedOutError,
@@ -74,6 +75,7 @@ TREE: dict[type[BaseException], tuple[type[BaseException], ...]] = {
     JobFailed: (FenceKitError,),
     JobCancelled: (FenceKitError,),
     JobExpired: (JobCancelled,),
+    DrainTimeout: (FenceKitError,),
 }
 
 #: Modules that run a program when imported (``python -m ...``): read, never imported.

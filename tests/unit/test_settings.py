@@ -172,3 +172,22 @@ def test_every_test_the_readme_names_exists() -> None:
     for file, name in named:
         source = (tests_dir / file).read_text()
         assert re.search(rf"^(async )?def {name}\(", source, re.MULTILINE), f"README names {file}::{name}"
+
+
+def test_a_switch_is_a_flag_without_a_value_and_a_yes_or_no_in_the_environment() -> None:
+    """``burst``: ``--burst``, ``FENCEKIT_BURST=1/true/yes/on`` or ``0/false/no/off``, ``burst=True``."""
+    from fencekit.pool.cli import _explicit
+
+    assert defaults(PoolSettings)["burst"] is False
+    assert _explicit(build_parser().parse_args(["app:x", "--burst"])) == {"burst": True}
+    assert _explicit(build_parser().parse_args(["app:x"])) == {}
+    for text, value in (("1", True), ("yes", True), ("ON", True), ("0", False), ("off", False), ("", False)):
+        assert resolve(ServerSettings, {}, environ={"FENCEKIT_BURST": text})["burst"] is value, text
+    with pytest.raises(ConfigError, match=r"burst must be one of 1, true.*\(from FENCEKIT_BURST\)"):
+        resolve(ServerSettings, {}, environ={"FENCEKIT_BURST": "maybe"})
+    with pytest.raises(ConfigError, match="burst must be True or False, got 1 \\(argument\\)"):
+        resolve(ServerSettings, {"burst": 1})
+    assert Server(burst=True, burst_timeout=5).settings["burst_timeout"] == 5.0
+    assert Pool([Echo], procs=1, burst=True).settings["burst"] is True
+    with pytest.raises(ConfigError, match="burst_timeout must be positive"):
+        resolve(PoolSettings, {"burst_timeout": 0.0})

@@ -345,6 +345,11 @@ def cancel(
     )
 
 
+def drain_probe(*, pending: str, scheduled: str, stats: str, inflight: Sequence[str]) -> Call:
+    """What one queue holds: ``{pending, scheduled, inflight, next_due_ms, stats}`` (``drain_probe.lua``)."""
+    return call("drain_probe", (pending, scheduled, stats, *inflight), ())
+
+
 def run_now(*, scheduled: str, pending: str, wake: str, record: str, jid: str) -> Call:
     """Move scheduled task ``jid`` to the head of its queue; reply 1 or 0 (``run_now.lua``)."""
     return call("run_now", (scheduled, pending, wake, record), (jid,))

@@ -9,7 +9,8 @@ The command line (:mod:`fencekit.pool.cli`)::
 
 Embedding: :class:`Pool` runs the supervisor inside an existing asyncio
 service (``await pool.start()`` / ``await pool.stop()`` or ``async with``) or
-a synchronous one (``start_sync()`` / ``stop_sync()``). Its children are
+a synchronous one (``start_sync()`` / ``stop_sync()``); ``Pool(..., burst=True)``
+stops by itself once every queue is drained (``await pool.wait()``). Its children are
 exec'd, not forked, since a host may have threads; it installs no signal
 handler and never calls ``waitpid(-1)``.
 """
@@ -92,6 +93,18 @@ class Pool:
                 f"the pool stopped while starting (exit code {int(self.supervisor.exit_code)}: "
                 "a child could not boot, see its log line)"
             )
+
+    async def wait(self) -> int:
+        """Wait until the pool has stopped (a burst run: once drained); return its exit code.
+
+        0 when stopped or drained, :attr:`~fencekit.runtime.exits.ExitCode.LEFT` (5)
+        when ``burst_timeout`` passed with tasks left.
+        """
+        if self.supervisor is None:
+            raise ConfigError("this pool was never started: start() it first")
+        await self.supervisor.stopped.wait()
+        await self.supervisor.wait_control()
+        return int(self.supervisor.exit_code)
 
     async def stop(self, *, fast: bool = False) -> None:
         """Stop gracefully (children finish within ``grace``), or at once with ``fast``."""

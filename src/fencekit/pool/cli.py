@@ -10,8 +10,9 @@ in ``--data-dir`` (:mod:`fencekit.pool.embedded`) and says so.
 The command installs the supervisor's signal methods (SIGTERM/SIGINT stop
 gracefully, a second one at once; SIGQUIT at once; SIGHUP restarts the
 children one by one) and exits with a code of
-:class:`~fencekit.runtime.exits.ExitCode`: 0 stopped, 2 bad usage or
-configuration, 3 a child could not boot, 4 Redis unreachable.
+:class:`~fencekit.runtime.exits.ExitCode`: 0 stopped (or, with ``--burst``,
+every queue drained), 2 bad usage or configuration, 3 a child could not
+boot, 4 Redis unreachable, 5 ``--burst-timeout`` passed with tasks left.
 """
 
 from __future__ import annotations
@@ -46,8 +47,9 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         description="Run fencekit workers in a supervised pool of processes.",
         epilog=(
             "Every option can also be set in the environment (FENCEKIT_<NAME>, shown with each); "
-            "a flag wins over the environment. Exit codes: 0 stopped, 2 bad usage or configuration, "
-            "3 a child could not boot, 4 Redis unreachable."
+            "a flag wins over the environment. Exit codes: 0 stopped (or drained, with --burst), "
+            "2 bad usage or configuration, 3 a child could not boot, 4 Redis unreachable, "
+            "5 --burst-timeout passed with tasks left."
         ),
     )
     parser.add_argument(
@@ -58,12 +60,19 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     )
     for setting in table(PoolSettings).values():
         option = setting.option
+        shown = setting.help_text() if option.flag else argparse.SUPPRESS
+        if setting.is_switch:  # --burst: no value; read as the text "true", like FENCEKIT_BURST=true
+            parser.add_argument(
+                setting.flag, dest=setting.name, default=argparse.SUPPRESS, action="store_const",
+                const="true", help=shown,
+            )  # fmt: skip
+            continue
         parser.add_argument(
             setting.flag,
             dest=setting.name,
             default=argparse.SUPPRESS,
             metavar=option.metavar or setting.name.upper(),
-            help=setting.help_text() if option.flag else argparse.SUPPRESS,
+            help=shown,
         )
     return parser
 

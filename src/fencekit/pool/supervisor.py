@@ -23,6 +23,11 @@ Signals are methods (gunicorn's arbiter): :meth:`Supervisor.handle_term` and
 :meth:`~Supervisor.handle_quit` stops at once; :meth:`~Supervisor.handle_hup`
 replaces the children one by one without losing a task. The command line
 installs them; an embedded pool installs none.
+
+In burst mode (``burst``) the supervisor decides when the queues are
+drained (:class:`fencekit.queue.drain.BurstWatch`, the ``Server``'s rule) and
+then stops the pool as on SIGTERM; past ``burst_timeout`` with tasks left it
+stops the same way with :attr:`~fencekit.runtime.exits.ExitCode.LEFT`.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ from fencekit.pool.children import (
 from fencekit.pool.stall import StackFile, diagnose
 from fencekit.pool.watch import HANG_CHECK, HangWatch
 from fencekit.queue.client import Client
+from fencekit.queue.drain import BurstWatch, Observation
 from fencekit.queue.histogram import DurationHistogram, QueueDurations
 from fencekit.queue.loops import Backoff, Loop
 from fencekit.queue.registry import ConsumerRecord, consumer_id
@@ -161,8 +167,28 @@ class Supervisor:
         interval = sdnotify.watchdog_interval()
         if interval:
             extra.append(Loop("watchdog", self._watchdog, lambda: interval, Backoff(self.logger, "watchdog")))
+        if self.settings["burst"]:
+            extra.append(self._burst_watch().loop())
         self.services.start_loops(extra)
         await self._wait_ready()
+
+    def _burst_watch(self) -> BurstWatch:
+        """Burst mode: stop the pool once every queue is drained (first observation once all serve)."""
+
+        def timed_out(left: Observation) -> None:
+            self.exit_code = ExitCode.LEFT
+            self._control_task(self.stop())
+
+        return BurstWatch(
+            self.services.redis,
+            self.keys,
+            self.queues,
+            self.logger,
+            on_drained=lambda: self._control_task(self.stop()),
+            on_timeout=timed_out,
+            timeout=self.settings["burst_timeout"],
+            ready=self.ready.is_set,
+        )
 
     async def _wait_ready(self) -> None:
         while not all(c.ready for c in self.children):

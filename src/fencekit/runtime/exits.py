@@ -25,3 +25,5 @@ class ExitCode(IntEnum):
     """A child could not boot (its APP failed to load or its settings were refused)."""
     REDIS = 4
     """Redis was unreachable at start (or refused the credentials)."""
+    LEFT = 5
+    """Burst mode: ``burst_timeout`` passed with tasks left (the log line says which)."""

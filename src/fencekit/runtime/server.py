@@ -9,6 +9,11 @@ way out it stops claiming, lets running tasks finish within ``grace``
 seconds, returns the rest to their queues at once, deregisters, runs the
 shutdown hooks and closes Redis.
 
+With ``burst=True`` it also stops by itself once every queue it serves is
+drained (the rule of :mod:`fencekit.queue.drain`, shared with the pool's
+supervisor): ``run()`` then returns. Past ``burst_timeout`` with tasks left
+it stops the same way and raises :class:`~fencekit.errors.DrainTimeout`.
+
 Settings are those of :class:`fencekit.settings.ServerOptions`: a keyword
 argument, else ``FENCEKIT_<NAME>``, else the default.
 """
@@ -30,12 +35,14 @@ from fencekit._redis import scripts
 from fencekit._redis.clients import async_client
 from fencekit._redis.run import arun
 from fencekit._redis.url import parse_url
-from fencekit.errors import ConfigError, StoreError
+from fencekit.errors import ConfigError, DrainTimeout, StoreError
 from fencekit.hooks import FenceKitHooks, check_hooks
 from fencekit.queue.client import Client
 from fencekit.queue.consumer import Consumer
+from fencekit.queue.drain import BurstWatch, Observation
 from fencekit.queue.handle import Queue, QueueStats
 from fencekit.queue.histogram import DurationHistogram, QueueDurations
+from fencekit.queue.loops import Loop
 from fencekit.queue.registry import ConsumerRecord, consumer_id
 from fencekit.queue.task import Task
 from fencekit.queue.worker import WorkerRegistry
@@ -83,6 +90,7 @@ class Server:
         self.keys = self._client.keys
         self.durable = self._client.durable
         self.services: Services | None = None
+        self._left: Observation | None = None  # what a burst run left at its timeout
 
     # configuration -----------------------------------------------------------
     def add_workers(self, *workers: object) -> None:
@@ -125,10 +133,23 @@ class Server:
     handle_term = handle_int = stop
 
     async def run(self) -> None:
-        """Serve until stopped (see the module docstring)."""
+        """Serve until stopped, or in burst mode until drained (see the module docstring)."""
         if not len(self.registry):
             raise ConfigError("no workers registered: call server.add_workers(...) before run()")
         self._stop = asyncio.Event()
+        self._left = None
+        await self._serve()
+        left = self.burst_left()
+        if left is not None:
+            timeout = self.settings["burst_timeout"]
+            text = left.left()
+            raise DrainTimeout(f"burst_timeout {timeout:g}s passed with tasks left: {text}", text)
+
+    def burst_left(self) -> Observation | None:
+        """What the last burst run left when its ``burst_timeout`` passed (None: it drained)."""
+        return self._left
+
+    async def _serve(self) -> None:
         services = Services(
             self,
             settings=self.settings,
@@ -159,7 +180,7 @@ class Server:
                 hooks=self.hooks,
             )
             await services.beat_once()
-            services.start_loops()
+            services.start_loops(self._burst_loops(services))
             consumer_task = asyncio.create_task(self.consumer.run(), name="fencekit-consumer")
             self.logger.info(
                 "server %s started: queues %s, concurrency %d, %s",
@@ -186,6 +207,26 @@ class Server:
                 await services.close()
                 self.started.clear()
                 self.logger.info("server %s stopped", self.consumer_id)
+
+    def _burst_loops(self, services: Services) -> list[Loop]:
+        """The burst watch (``burst=True``), which calls :meth:`stop` once the queues are drained."""
+        if not self.settings["burst"]:
+            return []
+
+        def timed_out(left: Observation) -> None:
+            self._left = left
+            self.stop()
+
+        watch = BurstWatch(
+            services.redis,
+            self.keys,
+            self.registry.queues,
+            self.logger,
+            on_drained=self.stop,
+            on_timeout=timed_out,
+            timeout=self.settings["burst_timeout"],
+        )
+        return [watch.loop()]
 
     async def _stop_consumer(self, consumer_task: asyncio.Task[None]) -> None:
         assert self.consumer is not None
