@@ -38,7 +38,8 @@ async def test_an_async_task_function_runs_on_a_server_and_run_returns_its_resul
         async with Client(redis_url) as client:
             assert await client.result(jid, timeout=10) == "hello, cy"
             info = await client.job(jid)
-            assert info is not None and info.params == {"name": "cy"}
+            assert info is not None
+            assert info.params == {"name": "cy"}
 
 
 async def test_a_sync_task_function_runs_in_a_thread_and_run_returns_its_result(
@@ -82,7 +83,7 @@ async def test_a_bad_call_is_refused_at_enqueue_with_an_error_naming_the_paramet
             await tf.greet.enqueue()  # type: ignore[call-arg]
         with pytest.raises(PayloadError, match="'colour'"):
             await tf.greet.enqueue("x", colour="red")  # type: ignore[call-arg]
-        with pytest.raises(PayloadError, match="'greeting'.*set is not JSON"):
+        with pytest.raises(PayloadError, match=r"'greeting'.*set is not JSON"):
             await tf.greet.enqueue("x", greeting={1, 2})  # type: ignore[arg-type]
     assert stats(r, "tf").get("enqueued", 0) == 0
 
@@ -103,7 +104,8 @@ async def test_hand_enqueued_params_that_do_not_bind_are_dead_lettered_with_the_
         with pytest.raises(JobFailed, match=reason):
             await client.result(jid, timeout=10)
         letters = await client.queue("tf").dead_letters()
-    assert [d.jid for d in letters] == [jid] and reason in letters[0].reason
+    assert [d.jid for d in letters] == [jid]
+    assert reason in letters[0].reason
     assert stats(r, "tf").get("retried", 0) == 0
 
 
@@ -151,7 +153,9 @@ async def test_current_job_works_inside_a_sync_task_in_a_thread(redis_url: str, 
         jid = await tf.who.enqueue()
         async with Client(redis_url) as client:
             seen = await client.result(jid, timeout=10)
-    assert seen["jid"] == jid and seen["operation"] == "who_sync" and seen["pid"] == os.getpid()
+    assert seen["jid"] == jid
+    assert seen["operation"] == "who_sync"
+    assert seen["pid"] == os.getpid()
 
 
 async def test_the_app_opens_its_own_client_lazily_outside_a_server_and_closes_it(
@@ -203,7 +207,8 @@ async def test_decorator_options_are_the_worker_options_and_unknown_ones_are_a_c
         9000,
         False,
     )
-    assert app.task(f).queue == "default" and app.task(f).operation == "f"
+    assert app.task(f).queue == "default"
+    assert app.task(f).operation == "f"
 
 
 async def test_a_task_function_enqueued_from_inside_a_job_uses_the_servers_connection(
