@@ -1,8 +1,8 @@
 """Task functions for the tests of ``@app.task`` (a Server in-process, and a real pool).
 
-Module-level, so a pool (``tests.task_functions_app:app``) imports them. The
-Redis URL comes from ``TEST_REDIS_URL`` in a pool; in-process tests pass
-the workers to a ``Server`` themselves. What a run saw is written to Redis
+Module-level, so a pool (``tests.task_functions_app:app``) imports them.
+In-process tests pass the workers to a ``Server`` themselves; the tasks that
+write to Redis directly find it in ``TEST_REDIS_URL``. What a run saw is written to Redis
 (``seen:*`` keys) so a test in another process can read it.
 """
 
@@ -18,7 +18,15 @@ import redis
 
 from fencekit import App, FencedOutError, current_job
 
-app = App(redis_url=os.environ.get("TEST_REDIS_URL"))
+
+async def seed() -> None:
+    """In the supervisor: a task function enqueues on the pool's own connection."""
+    await greet.options(jid="seeded").enqueue("supervisor")
+
+
+# Nothing listens on port 1: enqueues work only on the client of the process serving the app
+# (a Server, a pool child, the supervisor), or on a client a test attaches.
+app = App(redis_url="redis://127.0.0.1:1", on_pool_startup=[seed])
 
 
 def _redis() -> redis.Redis:

@@ -70,6 +70,7 @@ async def test_async_and_sync_task_functions_run_in_a_pool_and_return_their_resu
             assert await tf.shout.run("bo", 2) == "BO!BO!"
             assert await tf.gather.run(1, 2, scale=3, tag="t") == {"total": 9, "labels": {"tag": "t"}}
             assert await tf.gather_sync.run(first=5) == {"total": 5, "labels": {}}
+            assert await client.result("seeded", timeout=20) == "hello, supervisor"  # on_pool_startup
             seen = await tf.who.run()
             assert seen["pid"] != os.getpid()
             assert seen["operation"] == "who_sync"

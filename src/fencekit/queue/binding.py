@@ -37,7 +37,16 @@ class Unbound(PayloadError):
 class Binder:
     """The signature of one task function, and the two directions of its params."""
 
-    __slots__ = ("_kwargs_name", "_name", "_named", "_params", "_signature", "_star_name")
+    __slots__ = (
+        "_by_name",
+        "_kwargs_name",
+        "_name",
+        "_named",
+        "_params",
+        "_required",
+        "_signature",
+        "_star_name",
+    )
 
     def __init__(self, function: Callable[..., Any]) -> None:
         self._name = getattr(function, "__qualname__", repr(function))
@@ -46,6 +55,13 @@ class Binder:
         self._named = {p.name for p in self._params if p.kind not in (_P.VAR_POSITIONAL, _P.VAR_KEYWORD)}
         self._star_name = next((p.name for p in self._params if p.kind is _P.VAR_POSITIONAL), None)
         self._kwargs_name = next((p.name for p in self._params if p.kind is _P.VAR_KEYWORD), None)
+        self._required = frozenset(
+            p.name for p in self._params if p.default is _P.empty and p.name in self._named
+        )
+        # Every parameter can be passed by keyword (the common case): params are the kwargs as they are.
+        self._by_name = self._star_name is None and all(
+            p.kind is not _P.POSITIONAL_ONLY for p in self._params
+        )
 
     def encode(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         """The params of the call ``function(*args, **kwargs)``; PayloadError naming what is wrong.
@@ -76,6 +92,10 @@ class Binder:
 
     def decode(self, params: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
         """``(args, kwargs)`` to call the function with; :class:`Unbound` names the parameter."""
+        if self._by_name:
+            keys = params.keys()
+            if self._required <= keys and (self._kwargs_name is not None or keys <= self._named):
+                return [], params
         args: list[Any] = []
         kwargs: dict[str, Any] = {}
         positional = True  # positional parameters go by position until one is left to its default

@@ -129,15 +129,19 @@ class Invocation:
     binder: Binder | None
     sync: bool
 
-    async def run(self, params: dict[str, Any], threads: SyncRunner) -> object:
-        """Run the function for ``params``; :class:`~fencekit.queue.binding.Unbound` if they do not bind."""
+    def run(self, params: dict[str, Any], threads: SyncRunner) -> Awaitable[object]:
+        """What to await to run the function for ``params`` (the function's own coroutine when async).
+
+        Raises :class:`~fencekit.queue.binding.Unbound` if the params do not bind.
+        """
         if self.binder is not None:
             args, kwargs = self.binder.decode(params)
         else:
             args, kwargs = [params], {}
         if self.sync:
-            return await threads.run(self.function, args, kwargs)
-        return await self.function(*args, **kwargs)
+            return threads.run(self.function, args, kwargs)
+        awaitable: Awaitable[object] = self.function(*args, **kwargs)
+        return awaitable
 
 
 @dataclass(frozen=True, slots=True)
