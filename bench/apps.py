@@ -8,7 +8,9 @@
 - ``hooked``, ``traced``: ``noop`` with every job hook set to a no-op, or traced by
   ``fencekit.otel`` into an SDK provider without exporter (:mod:`bench.hooks_cost`);
 - ``many_ops_1``, ``many_ops_10``, ``many_ops_100``: 1, 10 or 100 no-op worker classes
-  on queue ``bench``, operations ``op000`` .. ``op099`` (:func:`op_names`).
+  on queue ``bench``, operations ``op000`` .. ``op099`` (:func:`op_names`);
+- ``task_fn``, ``sync_task_fn``, ``sync_class``: operation ``noop`` as an async task
+  function, a sync one, and a class worker with a plain ``def perform`` (:mod:`bench.tasks_cost`).
 
 ``lat`` records ``time.time()`` at start minus the enqueue time carried in
 ``params["t"]``, pushed to the Redis list ``bench:lat`` (after the timestamp
@@ -25,6 +27,7 @@ from typing import Any
 import redis.asyncio as aredis
 
 from fencekit.queue.job import current_job
+from fencekit.runtime.app import App
 
 QUEUE = "bench"
 
@@ -184,3 +187,36 @@ def traced() -> Any:
     from fencekit.otel import otel_hooks
 
     return App(noop, hooks=otel_hooks(tracer_provider=TracerProvider()))
+
+
+# Task functions (``@app.task``) and a sync class worker, each the only worker of operation
+# ``noop``: ``python -m bench.tasks_cost`` drains them beside the class worker ``Noop``.
+
+task_fn = App()
+
+
+@task_fn.task(queue=QUEUE, name="noop")
+async def noop_task(i: int = 0) -> None:
+    """The no-op as an async task function (its params bound back to ``i``)."""
+
+
+sync_task_fn = App()
+
+
+@sync_task_fn.task(queue=QUEUE, name="noop")
+def noop_sync_task(i: int = 0) -> None:
+    """The no-op as a sync task function (run in the consumer's threads)."""
+
+
+class SyncNoop:
+    """The no-op as a class worker with a plain ``def perform`` (run in the consumer's threads)."""
+
+    queue = QUEUE
+    operation = "noop"
+
+    @classmethod
+    def perform(cls, payload: dict[str, Any]) -> None:
+        return None
+
+
+sync_class = [SyncNoop]

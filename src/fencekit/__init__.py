@@ -3,7 +3,8 @@
 Primitives (sync and asyncio): :func:`idempotency_key`, :class:`IdempotencyGuard`,
 :class:`DistributedLock` with fencing tokens, :class:`FenceGate`.
 The job queue: :class:`Client`, :class:`Task`, :class:`Server`, :class:`Queue`,
-:func:`current_job`; the multiprocess pool: :class:`Pool` and :class:`App`.
+:func:`current_job`; task functions: ``@app.task`` (:class:`TaskFunction`);
+the multiprocess pool: :class:`Pool` and :class:`App`.
 Settings: :mod:`fencekit.settings`. Errors: :mod:`fencekit.errors` (every
 exception fencekit raises is a :class:`FenceKitError`, apart from the plain
 ``TypeError`` of a primitive given the wrong kind of argument). The map of the
@@ -41,12 +42,13 @@ from fencekit.primitives.lock import AsyncDistributedLock, DistributedLock
 from fencekit.primitives.tokens import BeginOutcome, FenceToken, LockHandle
 from fencekit.queue.client import Client
 from fencekit.queue.enqueue import Enqueued
+from fencekit.queue.functions import AsyncTaskFunction, SyncTaskFunction, TaskCall, TaskFunction
 from fencekit.queue.handle import DeadLetter, Queue, QueueStats, ScheduledTask
 from fencekit.queue.history import History, HistoryBucket
 from fencekit.queue.job import Job, current_job
 from fencekit.queue.records import JobError, JobInfo, JobStatus, Progress
 from fencekit.queue.task import Task
-from fencekit.queue.worker import Performable, RetryPolicy, Worker
+from fencekit.queue.worker import Performable, RetryPolicy, Worker, WorkerOptions
 from fencekit.runtime.app import App
 from fencekit.runtime.server import Server
 from fencekit.settings import ClientOptions, PoolOptions, ServerOptions
@@ -92,6 +94,12 @@ __all__ = [  # noqa: RUF022 - grouped by topic
     "Task",
     "Worker",
     "current_job",
+    # task functions (@app.task)
+    "AsyncTaskFunction",
+    "SyncTaskFunction",
+    "TaskCall",
+    "TaskFunction",
+    "WorkerOptions",
     # fencing your database (Django; fencekit.sql for SQLAlchemy)
     "SupportsFencedUpdate",
     "fenced_update",

@@ -33,6 +33,7 @@ from fencekit._redis.address import default_url
 from fencekit._redis.keys import DEFAULT_PREFIX, validate_prefix
 from fencekit._redis.url import DEFAULT_URL, parse_url
 from fencekit.queue.codec import DEFAULT_MAX_PAYLOAD
+from fencekit.queue.threads import DEFAULT_SYNC_CONCURRENCY
 
 __all__ = [
     "ClientOptions",
@@ -175,6 +176,15 @@ class ServerOptions(ClientOptions, total=False):
     """The settings of the consumers and the shared services (``Server`` and the pool)."""
 
     concurrency: Annotated[int, Option(1, "tasks one consumer runs at once", check=at_least(1), metavar="N")]
+    sync_concurrency: Annotated[
+        int,
+        Option(
+            DEFAULT_SYNC_CONCURRENCY,
+            "threads one consumer runs sync (plain def) tasks in; more wait for a free thread",
+            check=at_least(1),
+            metavar="N",
+        ),
+    ]
     max_claim: Annotated[
         int, Option(512, "most tasks a consumer claims in one round trip", check=at_least(1), metavar="N")
     ]

@@ -141,6 +141,7 @@ def stall_record(log: str) -> str:
 def assert_names_the_stack(record: str, app_dir: Path) -> None:
     assert f'File "{app_dir / "stallapp.py"}", line {SLEEP_LINE} in perform' in record, record
     assert 'time.sleep(payload["seconds"])' in record, record  # the source line under the frame
+    assert "a blocking call in an async perform? use a sync task" in record, record
     assert "asyncio.to_thread" in record, record
 
 

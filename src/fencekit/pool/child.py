@@ -47,6 +47,7 @@ from fencekit.pool.stall import register_stack_dump
 from fencekit.queue import ids
 from fencekit.queue.client import Client
 from fencekit.queue.consumer import Consumer
+from fencekit.queue.functions import attach_client
 from fencekit.queue.loops import Backoff
 from fencekit.queue.registry import lease_ok
 from fencekit.queue.worker import WorkerRegistry
@@ -220,6 +221,7 @@ async def _serve(
         hooks=app.hooks,
     )
     client = Client.sharing(settings, redis, app.hooks)
+    detach = attach_client(registry, client)  # the app's task functions enqueue on this connection
     state = STARTING
 
     async def ticker() -> None:
@@ -262,6 +264,7 @@ async def _serve(
             await run_hooks(app.on_shutdown, client)
         return ExitCode.OK
     finally:
+        detach()
         ticking.cancel()
         board.tick(
             config.slot, time.monotonic(), STOPPING, pid, consumer.stats.processed, consumer.stats.by_queue

@@ -69,10 +69,7 @@ MAX_TASKS = 20
 MAX_DUMP = 64 * 1024  # faulthandler writes at most 100 frames per thread, 100 threads
 _SETTLED = 0.02  # a dump whose size did not change for this long is complete
 
-HINT = (
-    "a blocking call in an async perform? run it with asyncio.to_thread "
-    "(perform must stay async: fencekit has no sync tasks)"
-)
+HINT = "a blocking call in an async perform? use a sync task (a plain def) or asyncio.to_thread"
 
 _FRAME = re.compile(r'^(\s*)File "(.+)", line (\d+) in (.+)$')
 _T = TypeVar("_T")

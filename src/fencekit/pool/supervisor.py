@@ -37,7 +37,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Collection, Coroutine, Mapping
+from collections.abc import Callable, Collection, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
 from fencekit._redis.keys import KeySpace
@@ -56,6 +56,7 @@ from fencekit.pool.stall import StackFile, diagnose
 from fencekit.pool.watch import HANG_CHECK, HangWatch
 from fencekit.queue.client import Client
 from fencekit.queue.drain import BurstWatch, Observation
+from fencekit.queue.functions import attach_client
 from fencekit.queue.histogram import DurationHistogram, QueueDurations
 from fencekit.queue.loops import Backoff, Loop
 from fencekit.queue.registry import ConsumerRecord, consumer_id
@@ -93,6 +94,7 @@ class Supervisor:
         self.app = app
         self.registry = WorkerRegistry()
         self.registry.add(app.workers)
+        self._detach_client: Callable[[], None] | None = None
         self.spawn = spawn
         self.app_spec = app_spec
         self.worker_paths = worker_paths
@@ -151,6 +153,8 @@ class Supervisor:
         await self.services.start_web()
         self._hooks_ran = True  # from here on, the shutdown hooks run at stop
         client = Client.sharing(self.settings, self.services.redis, self.app.hooks)
+        # the app's task functions enqueue here in the supervisor (its hooks): the pool's Redis
+        self._detach_client = attach_client(self.registry, client)
         await run_hooks(self.app.on_pool_startup, client)
         self.board = Board(self.settings["procs"], self.registry.queues)
         self.board.set_beat_ok(time.monotonic())
@@ -244,6 +248,9 @@ class Supervisor:
                 hooks = run_hooks(self.app.on_pool_shutdown, client)
                 await self.services.bounded("the on_pool_shutdown hooks", hooks)
         finally:
+            if self._detach_client is not None:
+                self._detach_client()
+                self._detach_client = None
             await self.services.close()
             if self.board is not None:
                 self.board.close()

@@ -50,6 +50,7 @@ from fencekit.queue.outbox import AckClaim, Outbox, Settle, Turn
 from fencekit.queue.perform import ConsumerStats, Performer
 from fencekit.queue.refusals import Refusals
 from fencekit.queue.settle import Retention
+from fencekit.queue.threads import DEFAULT_SYNC_CONCURRENCY
 from fencekit.queue.waker import IDLE_POLL, WAKE_CLAIM_QUEUES, Waker
 from fencekit.queue.worker import WorkerRegistry
 
@@ -152,6 +153,7 @@ class Consumer:
             wake=self._event.set,
             max_payload=settings["max_payload"],
             observer=self._observer,
+            sync_concurrency=settings.get("sync_concurrency", DEFAULT_SYNC_CONCURRENCY),
         )
 
     # public ---------------------------------------------------------------

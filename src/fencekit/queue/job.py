@@ -11,14 +11,19 @@ was reaped, returned or finished, the write raises
 :class:`~fencekit.errors.FencedOutError` and changes nothing
 (``job_set.lua``). It writes no key of its own, so a fenced job leaves
 nothing behind in Redis.
+
+In a sync task (a plain ``def``, run in a thread: :mod:`fencekit.queue.threads`)
+``set_if_fresh_sync`` and ``progress_sync`` are the blocking forms: they run
+the same coroutine on the job's event loop and wait for it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import asyncio
+from collections.abc import Awaitable, Callable, Coroutine
 from contextvars import ContextVar
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from fencekit._redis import scripts
 from fencekit._redis.keys import QueueKeys, job_resource
@@ -35,7 +40,10 @@ if TYPE_CHECKING:
     from fencekit.queue.task import Task
 
 _current: ContextVar[Job] = ContextVar("fencekit_current_job")
+_loop: ContextVar[asyncio.AbstractEventLoop] = ContextVar("fencekit_job_loop")
 
+
+_T = TypeVar("_T")
 
 Write = tuple[str, str, str, int, "str | bytes | int | float"]  # inflight, fence, target, token, value
 
@@ -169,6 +177,14 @@ class Job:
         )
         return bool(await site.run(call))
 
+    def set_if_fresh_sync(self, key: str, value: str | bytes | int | float) -> None:
+        """:meth:`set_if_fresh` from a sync task's thread: blocks until Redis answered."""
+        _blocking(self.set_if_fresh(key, value))
+
+    def progress_sync(self, fraction: float, message: str = "") -> bool:
+        """:meth:`progress` from a sync task's thread: blocks until Redis answered."""
+        return _blocking(self.progress(fraction, message))
+
     def _check_current(self) -> None:
         if self._refused is not None:
             raise FencedOutError(
@@ -193,6 +209,23 @@ def current_job() -> Job:
         raise NoCurrentJob(
             "current_job() was called outside a running job; call it inside a worker's perform()"
         ) from None
+
+
+def bind_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """Record the job's event loop in its context (a sync run's thread hops back to it)."""
+    _loop.set(loop)
+
+
+def _blocking(coroutine: Coroutine[Any, Any, _T]) -> _T:
+    """Run ``coroutine`` on the job's loop from a sync task's thread and wait for its outcome."""
+    loop = _loop.get(None)
+    if loop is None or asyncio._get_running_loop() is loop:
+        coroutine.close()
+        raise RuntimeError(
+            "the *_sync forms of a job's writes are for sync tasks (a plain def, run in a thread); "
+            "in async code await set_if_fresh()/progress()"
+        )
+    return asyncio.run_coroutine_threadsafe(coroutine, loop).result()
 
 
 def set_current(job: Job) -> None:

@@ -5,8 +5,14 @@ never straight to Redis: success is an ack; an exception, or a run past its
 ``timeout``, is a retry after the policy's delay or, once retries are spent,
 a failure (logged with its traceback); a task past its ``expires`` time is
 dropped unrun; bad input (an envelope that does not decode, an operation no
-worker handles) is a dead letter with its reason (invariant I7). Inside ``perform``,
+worker handles, params that do not bind to a task function's signature) is
+a dead letter with its reason (invariant I7). Inside ``perform``,
 :func:`~fencekit.queue.job.current_job` returns this delivery.
+
+A worker with a :class:`~fencekit.queue.worker.Invocation` (a task function,
+or a sync ``perform``) is run through it, sync code in the consumer's
+:class:`~fencekit.queue.threads.SyncRunner`; an async class worker is awaited
+directly, at the cost of one ``is None`` test.
 """
 
 from __future__ import annotations
@@ -25,11 +31,13 @@ from fencekit._redis.scripts import Call, RecordedAck
 from fencekit.errors import PayloadError
 from fencekit.primitives.fence import FenceRules
 from fencekit.queue import codec, records, settle
+from fencekit.queue.binding import Unbound
 from fencekit.queue.histogram import DurationHistogram, QueueDurations
 from fencekit.queue.job import Job, JobSite, fenced_writes, set_current
 from fencekit.queue.observe import Observer
 from fencekit.queue.outbox import Outbox
 from fencekit.queue.settle import Delivery, Retention
+from fencekit.queue.threads import DEFAULT_SYNC_CONCURRENCY, SyncRunner
 from fencekit.queue.worker import WorkerRegistry, WorkerSpec
 
 if TYPE_CHECKING:
@@ -101,6 +109,7 @@ class Performer:
         wake: Callable[[], None],
         max_payload: int = codec.DEFAULT_MAX_PAYLOAD,
         observer: Observer | None = None,
+        sync_concurrency: int = DEFAULT_SYNC_CONCURRENCY,
     ) -> None:
         self.keys = keys
         self.registry = registry
@@ -115,6 +124,8 @@ class Performer:
         self.wake = wake
         self.max_payload = max_payload
         self.observer = observer
+        self.threads = SyncRunner(sync_concurrency)
+        """Where sync ``perform`` code runs (its pool is made at the first sync run)."""
         rules = FenceRules(keys.prefix, timedelta(milliseconds=retention.fence_ttl_ms))
         writes = fenced_writes(run_call)
         self.sites = {
@@ -176,7 +187,11 @@ class Performer:
                 self._watchdog = asyncio.get_running_loop().create_task(self._watch_deadlines())
         started = time.perf_counter()
         try:
-            result = await spec.perform(envelope.params)
+            call = spec.call
+            if call is None:
+                result = await spec.perform(envelope.params)
+            else:
+                result = await call.run(envelope.params, self.threads)
         except asyncio.CancelledError:
             if self._settled_elsewhere(queue, token, envelope, job, returned=False):
                 return
@@ -184,7 +199,12 @@ class Performer:
                 self.observer.ended_here(queue, token, "returned")
             raise  # stopping: the task goes back to its queue with the same attempt
         except Exception as exc:
-            if not self._settled_elsewhere(queue, token, envelope, job, returned=False):
+            if self._settled_elsewhere(queue, token, envelope, job, returned=False):
+                return
+            if type(exc) is Unbound:  # the params do not fit the function: bad input, not a failure
+                self.logger.error("task %s dead-lettered: %s", envelope.jid, exc)
+                self._dead(queue, token, envelope.jid, str(exc))
+            else:
                 self._failed(queue, token, envelope, spec, exc)
             return
         finally:
@@ -265,9 +285,10 @@ class Performer:
                     self.logger.exception("timing out delivery %s of queue %s failed", key[1], key[0])
 
     def close(self) -> None:
-        """Stop watching deadlines (the consumer stopped)."""
+        """Stop watching deadlines and the sync threads, without waiting (the consumer stopped)."""
         if self._watchdog is not None:
             self._watchdog.cancel()
+        self.threads.close()
 
     def _time_out(self, key: tuple[str, int], late: _Deadline) -> None:
         """The run of ``key`` is past its timeout: settle it now, then cancel its coroutine.

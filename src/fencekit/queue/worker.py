@@ -1,13 +1,23 @@
 """Workers: what runs a task, how it is found, and its retry policy.
 
-A worker is a class or an instance with ``queue``, ``operation`` and an async
+A worker is a class or an instance with ``queue``, ``operation`` and a
 ``perform(payload)`` (a classmethod/staticmethod on a class, or a method on an
-instance); optional ``retry`` (bool, default True), ``retry_count`` (int
->= 0, default 1), ``timeout`` (seconds a run may take, default None: no
-limit; ``Task(timeout=...)`` overrides it per task), ``keep_result``
-(seconds its tasks' records outlive them, overriding the producer's; default
-None) and ``keep_failed`` (bool, default True: a task that fails for good is
-kept with its traceback). Workers are resolved by their ``(queue, operation)`` pair.
+instance): an ``async def`` runs on the consumer's event loop, a plain
+``def`` in its thread pool (:mod:`fencekit.queue.threads`). A task function
+(``@app.task``, :mod:`fencekit.queue.functions`) is a worker too, whose
+``perform`` takes the function's own arguments through a
+:class:`~fencekit.queue.binding.Binder`.
+
+The optional attributes are :class:`WorkerOptions`, with their defaults in
+:data:`WORKER_DEFAULTS` -- one table, read by :func:`inspect_worker` and
+offered as the keyword arguments of ``@app.task`` (so an option added here is
+an option of the decorator too): ``retry`` (bool, default True),
+``retry_count`` (int >= 0, default 1), ``timeout`` (seconds a run may take,
+default None: no limit; ``Task(timeout=...)`` overrides it per task),
+``keep_result`` (seconds its tasks' records outlive them, overriding the
+producer's; default None) and ``keep_failed`` (bool, default True: a task
+that fails for good is kept with its traceback). Workers are resolved by
+their ``(queue, operation)`` pair.
 
 The retry rule lives here once, for failures raised by ``perform`` and for
 crashes found by the reaper alike: a task that has failed ``attempt`` times
@@ -21,11 +31,17 @@ import inspect
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from typing_extensions import TypedDict
 
 from fencekit._redis.keys import validate_queue
 from fencekit.errors import ConfigError
+from fencekit.queue.binding import Binder
 from fencekit.queue.codec import is_timeout
+
+if TYPE_CHECKING:
+    from fencekit.queue.threads import SyncRunner
 
 RETRY_BASE_DELAY = 1.0
 RETRY_BACKOFF = 1.5
@@ -74,6 +90,60 @@ class RetryPolicy:
 DEFAULT_POLICY = RetryPolicy()
 
 
+class WorkerOptions(TypedDict, total=False):
+    """The optional attributes of a worker, and the options of ``@app.task`` (see the module docstring)."""
+
+    retry: bool
+    retry_count: int
+    timeout: float | timedelta | None
+    keep_result: float | timedelta | None
+    keep_failed: bool
+
+
+WORKER_DEFAULTS: dict[str, Any] = {
+    "retry": True,
+    "retry_count": 1,
+    "timeout": None,
+    "keep_result": None,
+    "keep_failed": True,
+}
+"""The default of each of :class:`WorkerOptions` (a test checks the two name the same options)."""
+
+
+def _option(worker: object, name: str) -> Any:
+    """The worker's option ``name``, else its default (only options of the table are read)."""
+    return getattr(worker, name, WORKER_DEFAULTS[name])
+
+
+@dataclass(frozen=True, slots=True)
+class Invocation:
+    """How to call a ``perform`` that is not an async method of a payload dict.
+
+    ``binder`` rebuilds a task function's arguments from the params (None: the
+    payload dict is the one argument); ``sync`` runs it in the consumer's
+    thread pool. Class workers with an async ``perform`` have none, and cost
+    the performer one ``is None`` test.
+    """
+
+    function: Callable[..., Any]
+    binder: Binder | None
+    sync: bool
+
+    def run(self, params: dict[str, Any], threads: SyncRunner) -> Awaitable[object]:
+        """What to await to run the function for ``params`` (the function's own coroutine when async).
+
+        Raises :class:`~fencekit.queue.binding.Unbound` if the params do not bind.
+        """
+        if self.binder is not None:
+            args, kwargs = self.binder.decode(params)
+        else:
+            args, kwargs = [params], {}
+        if self.sync:
+            return threads.run(self.function, args, kwargs)
+        awaitable: Awaitable[object] = self.function(*args, **kwargs)
+        return awaitable
+
+
 @dataclass(frozen=True, slots=True)
 class WorkerSpec:
     """A validated worker: its routing pair, policy and bound ``perform``."""
@@ -88,11 +158,15 @@ class WorkerSpec:
     keep_ms: int | None = None
     keep_failed: bool = True
     plain: bool = True  # sets neither a timeout nor its own record retention (the hot path's test)
+    call: Invocation | None = None  # None: ``await perform(params)`` (an async class worker)
 
 
 def _name(worker: object) -> str:
     if isinstance(worker, type):
         return worker.__qualname__
+    qualname = getattr(worker, "__qualname__", None)  # a task function carries its function's
+    if isinstance(qualname, str):
+        return f"task {qualname}"
     return f"{type(worker).__qualname__} instance"
 
 
@@ -119,24 +193,25 @@ def inspect_worker(worker: object) -> WorkerSpec:
         raise ConfigError(f"worker {name}: attribute 'queue': {exc}") from None
     perform = getattr(worker, "perform", None)
     if perform is None or not callable(perform):
-        raise ConfigError(f"worker {name}: attribute 'perform' must be an async method")
-    if not inspect.iscoroutinefunction(perform):
-        raise ConfigError(
-            f"worker {name}: attribute 'perform' must be declared 'async def' "
-            "(a classmethod on a class, or a method on an instance)"
-        )
-    if isinstance(worker, type) and not inspect.ismethod(perform) and _takes_self(perform):
+        raise ConfigError(f"worker {name}: attribute 'perform' must be a method ('async def' or 'def')")
+    binder = getattr(worker, "fencekit_binder", None)  # set by a task function
+    if binder is not None and not isinstance(binder, Binder):
+        raise ConfigError(f"worker {name}: attribute 'fencekit_binder' must be a Binder, got {binder!r}")
+    if inspect.isasyncgenfunction(perform) or inspect.isgeneratorfunction(perform):
+        raise ConfigError(f"worker {name}: attribute 'perform' must return a value, not be a generator")
+    sync = not inspect.iscoroutinefunction(perform)
+    if binder is None and isinstance(worker, type) and not inspect.ismethod(perform) and _takes_self(perform):
         raise ConfigError(
             f"worker {name}: attribute 'perform' must be a classmethod when the class is registered; "
             "register an instance to use an instance method"
         )
-    retry = getattr(worker, "retry", True)
+    retry = _option(worker, "retry")
     if type(retry) is not bool:
         raise ConfigError(f"worker {name}: attribute 'retry' must be a bool, got {retry!r}")
-    retry_count = getattr(worker, "retry_count", 1)
+    retry_count = _option(worker, "retry_count")
     if type(retry_count) is not int or retry_count < 0:
         raise ConfigError(f"worker {name}: attribute 'retry_count' must be an int >= 0, got {retry_count!r}")
-    timeout = getattr(worker, "timeout", None)
+    timeout = _option(worker, "timeout")
     if isinstance(timeout, timedelta):
         timeout = timeout.total_seconds()
     if timeout is not None and not is_timeout(timeout):
@@ -144,7 +219,7 @@ def inspect_worker(worker: object) -> WorkerSpec:
             f"worker {name}: attribute 'timeout' must be None or a positive number of seconds, "
             f"got {getattr(worker, 'timeout', None)!r}"
         )
-    keep = getattr(worker, "keep_result", None)
+    keep = _option(worker, "keep_result")
     if isinstance(keep, timedelta):
         keep = keep.total_seconds()
     if keep is not None and (type(keep) not in (int, float) or not 0 <= keep < 1e10):
@@ -152,7 +227,7 @@ def inspect_worker(worker: object) -> WorkerSpec:
             f"worker {name}: attribute 'keep_result' must be None or a number of seconds >= 0, "
             f"got {getattr(worker, 'keep_result', None)!r}"
         )
-    keep_failed = getattr(worker, "keep_failed", True)
+    keep_failed = _option(worker, "keep_failed")
     if type(keep_failed) is not bool:
         raise ConfigError(f"worker {name}: attribute 'keep_failed' must be a bool, got {keep_failed!r}")
     return WorkerSpec(
@@ -166,6 +241,7 @@ def inspect_worker(worker: object) -> WorkerSpec:
         keep_ms=round(keep * 1000) if keep is not None else None,
         keep_failed=keep_failed,
         plain=timeout is None and keep is None,
+        call=Invocation(perform, binder, sync) if binder is not None or sync else None,
     )
 
 

@@ -1,4 +1,7 @@
-"""``App``: the workers of a deployment and its hooks; and loading one from ``module:attribute``.
+"""``App``: the workers, task functions and hooks of a deployment; loading one from ``module:attribute``.
+
+``@app.task`` makes a task function (:mod:`fencekit.queue.functions`) and
+adds it to the app's workers.
 
 ``python -m fencekit.pool APP`` names an attribute that is an :class:`App`, a
 sequence of workers (classes or instances), or a callable returning either.
@@ -11,42 +14,138 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, Protocol, TypeVar, overload
+
+from typing_extensions import ParamSpec, Unpack
 
 from fencekit.errors import ConfigError
 from fencekit.hooks import FenceKitHooks, check_hooks
+from fencekit.queue.client import Client
+from fencekit.queue.functions import (
+    DEFAULT_QUEUE,
+    AsyncTaskFunction,
+    ClientPlace,
+    SyncTaskFunction,
+    TaskFunction,
+    task_function,
+)
+from fencekit.queue.worker import WorkerOptions
 from fencekit.runtime.hooks import Hook, check_hook
+from fencekit.settings import ClientOptions, ClientSettings, resolve, with_url
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 __all__ = ["App", "import_path", "load_app", "load_worker_paths", "load_workers"]
 
 
-@dataclass(frozen=True)
 class App:
-    """Workers and hooks, as one importable value (``python -m fencekit.pool module:app``).
+    """Workers, task functions and hooks, as one importable value (``python -m fencekit.pool module:app``).
 
-    ``on_startup``/``on_shutdown`` run in every process that runs jobs (each
-    pool child); ``on_pool_startup``/``on_pool_shutdown`` once per pool, in
-    the supervisor (the demo seeds its first task there). Each hook is an
-    ``async def`` of no argument or of the process's ``Client``. ``hooks``
+    ``workers`` are worker classes or instances (optional: ``@app.task``
+    functions join them as they are decorated). ``on_startup``/``on_shutdown``
+    run in every process that runs jobs (each pool child);
+    ``on_pool_startup``/``on_pool_shutdown`` once per pool, in the supervisor
+    (the demo seeds its first task there). Each hook is an ``async def`` of no
+    argument or of the process's ``Client``. ``hooks``
     (:class:`~fencekit.hooks.FenceKitHooks`) are told of every job of each
     child, of their enqueues, and of the supervisor's reaps.
+
+    ``redis_url`` and the :class:`~fencekit.settings.ClientOptions` are those
+    of the client a task function's ``enqueue`` opens outside a process that
+    runs this app (argument, else ``FENCEKIT_<NAME>``, else the default);
+    ``await app.close()`` closes it.
     """
 
-    workers: Sequence[object]
-    on_startup: Sequence[Hook] = field(default_factory=tuple)
-    on_shutdown: Sequence[Hook] = field(default_factory=tuple)
-    on_pool_startup: Sequence[Hook] = field(default_factory=tuple)
-    on_pool_shutdown: Sequence[Hook] = field(default_factory=tuple)
-    hooks: FenceKitHooks | None = None
+    def __init__(
+        self,
+        workers: Sequence[object] = (),
+        *,
+        on_startup: Sequence[Hook] = (),
+        on_shutdown: Sequence[Hook] = (),
+        on_pool_startup: Sequence[Hook] = (),
+        on_pool_shutdown: Sequence[Hook] = (),
+        hooks: FenceKitHooks | None = None,
+        redis_url: str | None = None,
+        **options: Unpack[ClientOptions],
+    ) -> None:
+        check_hooks(hooks)
+        self.hooks = hooks
+        if isinstance(workers, (str, bytes)) or not isinstance(workers, Sequence):
+            raise ConfigError(f"App(workers=...) takes a list of workers, got {workers!r}")
+        self._workers = tuple(workers)
+        self._tasks: list[TaskFunction[Any, Any]] = []
+        self.on_startup = _hooks(on_startup, "on_startup")
+        self.on_shutdown = _hooks(on_shutdown, "on_shutdown")
+        self.on_pool_startup = _hooks(on_pool_startup, "on_pool_startup")
+        self.on_pool_shutdown = _hooks(on_pool_shutdown, "on_pool_shutdown")
+        given = with_url(redis_url, options)
+        resolve(ClientSettings, given, owner="App")  # a bad setting fails here, not at the first enqueue
+        self.place = ClientPlace(lambda: Client(hooks=self.hooks, **given))
 
-    def __post_init__(self) -> None:
-        check_hooks(self.hooks)
-        for what in ("on_startup", "on_shutdown", "on_pool_startup", "on_pool_shutdown"):
-            hooks = getattr(self, what)
-            if isinstance(hooks, (str, bytes)) or not isinstance(hooks, Sequence):
-                raise ConfigError(f"App({what}=...) takes a list of async functions, got {hooks!r}")
-            object.__setattr__(self, what, tuple(check_hook(h, what) for h in hooks))
+    @property
+    def workers(self) -> tuple[object, ...]:
+        """The workers given, then the task functions decorated (each once)."""
+        given = self._workers
+        return given + tuple(t for t in self._tasks if not any(t is w for w in given))
+
+    @overload
+    def task(self, function: Callable[P, Coroutine[Any, Any, R]], /) -> AsyncTaskFunction[P, R]: ...  # type: ignore[overload-overlap]
+
+    @overload
+    def task(self, function: Callable[P, R], /) -> SyncTaskFunction[P, R]: ...
+
+    @overload
+    def task(
+        self, /, *, queue: str = DEFAULT_QUEUE, name: str | None = None, **options: Unpack[WorkerOptions]
+    ) -> _Decorator: ...
+
+    def task(
+        self,
+        function: Callable[..., Any] | None = None,
+        /,
+        *,
+        queue: str = DEFAULT_QUEUE,
+        name: str | None = None,
+        **options: Any,
+    ) -> Any:
+        """Register ``function`` as a task function of this app (``@app.task`` or ``@app.task(...)``).
+
+        ``queue`` (default ``"default"``), ``name`` (the operation; default the
+        function's ``__name__``) and every worker option
+        (:class:`~fencekit.queue.worker.WorkerOptions`: ``retry``,
+        ``retry_count``, ``timeout``, ``keep_result``, ``keep_failed``); an
+        unknown or bad one is a ConfigError naming it. An ``async def`` runs
+        on the event loop, a plain ``def`` in the consumer's threads.
+        """
+
+        def register(fn: Callable[..., Any]) -> TaskFunction[Any, Any]:
+            made = task_function(fn, self.place, queue=queue, name=name, options=options)
+            self._tasks.append(made)
+            return made
+
+        return register if function is None else register(function)
+
+    async def close(self) -> None:
+        """Close the client this app opened in the running event loop for enqueues (if any)."""
+        await self.place.close()
+
+
+class _Decorator(Protocol):
+    """What ``app.task(...)`` with options returns: it turns a function into a task function."""
+
+    @overload
+    def __call__(self, function: Callable[P, Coroutine[Any, Any, R]], /) -> AsyncTaskFunction[P, R]: ...  # type: ignore[overload-overlap]
+
+    @overload
+    def __call__(self, function: Callable[P, R], /) -> SyncTaskFunction[P, R]: ...
+
+
+def _hooks(hooks: object, what: str) -> tuple[Hook, ...]:
+    if isinstance(hooks, (str, bytes)) or not isinstance(hooks, Sequence):
+        raise ConfigError(f"App({what}=...) takes a list of async functions, got {hooks!r}")
+    return tuple(check_hook(h, what) for h in hooks)
 
 
 def load_workers(spec: str) -> list[object]:
@@ -111,10 +210,13 @@ def import_path(worker: object) -> str:
                 f"worker {worker.__qualname__} is defined inside a function: it cannot be imported"
             )
         return f"{worker.__module__}:{worker.__qualname__}"
-    module = sys.modules.get(type(worker).__module__)
+    module_name = getattr(worker, "__module__", None)  # a task function's is its function's
+    if not isinstance(module_name, str):
+        module_name = type(worker).__module__
+    module = sys.modules.get(module_name)
     for name, value in vars(module or object()).items():
         if value is worker:
-            return f"{type(worker).__module__}:{name}"
+            return f"{module_name}:{name}"
     raise ConfigError(
         f"worker instance of {type(worker).__qualname__} is not a module-level attribute; "
         "pass the APP as 'module:attribute' instead"

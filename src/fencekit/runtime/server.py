@@ -40,6 +40,7 @@ from fencekit.hooks import FenceKitHooks, check_hooks
 from fencekit.queue.client import Client
 from fencekit.queue.consumer import Consumer
 from fencekit.queue.drain import BurstWatch, Observation
+from fencekit.queue.functions import attach_client
 from fencekit.queue.handle import Queue, QueueStats
 from fencekit.queue.histogram import DurationHistogram, QueueDurations
 from fencekit.queue.loops import Loop
@@ -163,6 +164,7 @@ class Server:
         self.services = services
         removers = self._install_signals()
         consumer_task: asyncio.Task[None] | None = None
+        detach = attach_client(self.registry, self._client)  # its task functions enqueue here
         try:
             await services.open()
             await services.start_web()
@@ -204,6 +206,7 @@ class Server:
             finally:
                 for remove in removers:
                     remove()
+                detach()
                 await services.close()
                 self.started.clear()
                 self.logger.info("server %s stopped", self.consumer_id)

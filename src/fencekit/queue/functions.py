@@ -1,0 +1,283 @@
+"""Task functions: ``@app.task`` over a typed function, enqueued by calling it.
+
+``send_email = app.task(queue="emails")(send_email)`` gives a
+:class:`TaskFunction` that is both sides of the job:
+
+- the producer's: ``await send_email.enqueue("a@b.c", subject="hi")`` (its
+  arguments typed by the function's own ``ParamSpec``) binds the call to the
+  signature, stores it as params named by parameter
+  (:mod:`fencekit.queue.binding`) and returns the jid; ``await
+  send_email.run(...)`` also waits for the result; ``send_email.options(delay=...,
+  ...)`` gives a :class:`TaskCall` with the same typed ``enqueue``/``run``
+  and per-call options (they cannot share the function's ``ParamSpec``);
+  ``send_email.build(...)`` is the :class:`~fencekit.queue.task.Task` of a
+  call, for any client (a sync one too);
+- the worker's: its ``queue``, ``operation`` (the function's ``__name__``
+  unless ``name=``), the decorator's options as attributes (validated by
+  :func:`~fencekit.queue.worker.inspect_worker` at decoration, so every
+  worker option is a decorator option), a ``perform`` (the function) and
+  its ``fencekit_binder``. It registers like any worker
+  (``Server.add_workers(send_email)``) and is found again by import path in
+  an exec'd pool child, being a module-level attribute.
+
+Calling ``send_email(...)`` runs the function itself (for tests).
+
+Which client enqueues (:class:`ClientPlace`): in a process that runs the
+app's tasks (a ``Server``, a pool child), the client its jobs already use,
+attached for that event loop while it serves; elsewhere one opened lazily
+from the app's settings, one per event loop, closed by ``await app.close()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+from collections.abc import Callable, Coroutine, Iterable
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from typing_extensions import ParamSpec
+
+from fencekit.errors import ConfigError
+from fencekit.queue.binding import Binder
+from fencekit.queue.task import Task
+from fencekit.queue.worker import WORKER_DEFAULTS, WorkerSpec, inspect_worker
+
+if TYPE_CHECKING:
+    from fencekit.queue.client import Client
+
+__all__ = [
+    "AsyncTaskFunction",
+    "ClientPlace",
+    "SyncTaskFunction",
+    "TaskCall",
+    "TaskFunction",
+    "attach_client",
+    "task_function",
+]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+DEFAULT_QUEUE = "default"
+
+RUN_KEEP_RESULT = 3600.0
+"""Seconds ``run()`` keeps a result when the client keeps none (``keep_result=0``): it must read it."""
+
+
+class ClientPlace:
+    """Which :class:`~fencekit.queue.client.Client` enqueues, per event loop (see the module docstring)."""
+
+    def __init__(self, opener: Callable[[], Client]) -> None:
+        self._opener = opener
+        self._opened: dict[asyncio.AbstractEventLoop, Client] = {}
+        self._attached: dict[asyncio.AbstractEventLoop, list[Client]] = {}
+
+    def client(self) -> Client:
+        """The client of the running loop: the serving process's, else one opened now (no I/O yet)."""
+        loop = asyncio.get_running_loop()
+        attached = self._attached.get(loop)
+        if attached:
+            return attached[-1]
+        client = self._opened.get(loop)
+        if client is None:
+            for other in [other for other in self._opened if other.is_closed()]:
+                del self._opened[other]  # its connections died with its loop
+            client = self._opened[loop] = self._opener()
+        return client
+
+    def attach(self, client: Client) -> Callable[[], None]:
+        """Enqueue on ``client`` in the running loop until the returned function is called."""
+        loop = asyncio.get_running_loop()
+        self._attached.setdefault(loop, []).append(client)
+
+        def detach() -> None:
+            clients = self._attached.get(loop, [])
+            if client in clients:
+                clients.remove(client)
+            if not clients:
+                self._attached.pop(loop, None)
+
+        return detach
+
+    async def close(self) -> None:
+        """Close the client this place opened for the running loop (attached ones are their owners')."""
+        client = self._opened.pop(asyncio.get_running_loop(), None)
+        if client is not None:
+            await client.close()
+
+
+def attach_client(specs: Iterable[WorkerSpec], client: Client) -> Callable[[], None]:
+    """Make ``client`` the one the task functions among ``specs`` enqueue with, in this loop.
+
+    A ``Server`` and a pool child call it while they serve, so a job (or
+    anyone in that process) enqueuing a task function opens no connection of
+    its own. Returns the function that undoes it.
+    """
+    places = {id(s.source.place): s.source.place for s in specs if isinstance(s.source, TaskFunction)}
+    detaches = [place.attach(client) for place in places.values()]
+
+    def detach() -> None:
+        for undo in detaches:
+            undo()
+
+    return detach
+
+
+class TaskCall(Generic[P, R]):
+    """A task function with per-call options: ``send_email.options(delay=60).enqueue(...)``."""
+
+    __slots__ = ("at", "delay", "function", "task_options")
+
+    def __init__(
+        self,
+        function: TaskFunction[P, R],
+        *,
+        delay: float | timedelta | None = None,
+        at: datetime | None = None,
+        task_options: dict[str, Any] | None = None,
+    ) -> None:
+        self.function = function
+        self.delay = delay
+        self.at = at
+        self.task_options = task_options or {}
+
+    def build(self, *args: P.args, **kwargs: P.kwargs) -> Task:
+        """The :class:`~fencekit.queue.task.Task` of this call (what ``enqueue`` sends).
+
+        ``delay``/``at`` are not part of the task: pass them to the client's
+        ``enqueue`` (this object's :attr:`delay` and :attr:`at`).
+        """
+        f = self.function
+        return Task(f.queue, f.operation, f.fencekit_binder.encode(args, kwargs), **self.task_options)
+
+    async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> str:
+        """Enqueue the call; returns its jid. A bad call is a PayloadError naming the parameter."""
+        task = self.build(*args, **kwargs)
+        return await self.function.place.client().enqueue(task, delay=self.delay, at=self.at)
+
+    async def run(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Enqueue the call and wait for its result (``Client.result``: JobFailed if it failed)."""
+        task = self.build(*args, **kwargs)
+        client = self.function.place.client()
+        if task.keep_result is None and not client.keep_result:
+            task.keep_result = RUN_KEEP_RESULT
+        jid = await client.enqueue(task, delay=self.delay, at=self.at)
+        result: R = await client.result(jid, queue=task.queue)
+        return result
+
+
+class TaskFunction(Generic[P, R]):
+    """A function registered with ``@app.task`` (see the module docstring).
+
+    The decorator's options are attributes of the object, read by
+    :func:`~fencekit.queue.worker.inspect_worker` as a worker class's are.
+    """
+
+    queue: str
+    operation: str
+    fencekit_binder: Binder
+
+    def __init__(
+        self,
+        function: Callable[P, Any],
+        place: ClientPlace,
+        *,
+        queue: str = DEFAULT_QUEUE,
+        name: str | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> None:
+        functools.update_wrapper(self, function)  # type: ignore[arg-type]  # its names, for import_path
+        self.function = function
+        self.place = place
+        self.queue = queue
+        self.operation = name if name is not None else function.__name__
+        self.perform = function
+        self.fencekit_binder = Binder(function)
+        label = f"@app.task of {function.__qualname__}"
+        for option, value in (options or {}).items():
+            if option not in WORKER_DEFAULTS or hasattr(TaskFunction, option):
+                known = ", ".join(["queue", "name", *WORKER_DEFAULTS])
+                raise ConfigError(f"{label}: unknown option {option!r} (options: {known})")
+            setattr(self, option, value)
+        try:
+            self.spec = inspect_worker(self)
+        except ConfigError as exc:
+            why = str(exc).removeprefix(f"worker task {function.__qualname__}: ")
+            raise ConfigError(f"{label}: {why}".replace("attribute '", "option '")) from None
+        self._plain: TaskCall[P, R] = TaskCall(self)
+
+    def __repr__(self) -> str:
+        return f"<task {self.__qualname__} ({self.queue}/{self.operation})>"  # type: ignore[attr-defined]
+
+    def build(self, *args: P.args, **kwargs: P.kwargs) -> Task:
+        """The :class:`~fencekit.queue.task.Task` of the call ``function(*args, **kwargs)``.
+
+        What ``enqueue`` sends; a sync client enqueues it just the same.
+        """
+        return Task(self.queue, self.operation, self.fencekit_binder.encode(args, kwargs))
+
+    async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> str:
+        """Enqueue the call; returns its jid. A bad call is a PayloadError naming the parameter."""
+        return await self.place.client().enqueue(self.build(*args, **kwargs))
+
+    async def run(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Enqueue the call and wait for what the function returned (through ``Client.result``)."""
+        return await self._plain.run(*args, **kwargs)
+
+    def options(
+        self,
+        *,
+        delay: float | timedelta | None = None,
+        at: datetime | None = None,
+        jid: str | None = None,
+        unique_key: str | None = None,
+        unique_for: float | timedelta | None = None,
+        timeout: float | timedelta | None = None,
+        expires: float | timedelta | datetime | None = None,
+        keep_result: float | timedelta | None = None,
+    ) -> TaskCall[P, R]:
+        """This function with per-call enqueue options (those of ``Task`` and ``Client.enqueue``)."""
+        given = {
+            "jid": jid,
+            "unique_key": unique_key,
+            "unique_for": unique_for,
+            "timeout": timeout,
+            "expires": expires,
+            "keep_result": keep_result,
+        }
+        return TaskCall(
+            self, delay=delay, at=at, task_options={k: v for k, v in given.items() if v is not None}
+        )
+
+
+class AsyncTaskFunction(TaskFunction[P, R]):
+    """A task function over an ``async def``: calling it returns the function's coroutine."""
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, R]:
+        result: Coroutine[Any, Any, R] = self.function(*args, **kwargs)
+        return result
+
+
+class SyncTaskFunction(TaskFunction[P, R]):
+    """A task function over a plain ``def`` (run in the consumer's threads): calling it runs it."""
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        result: R = self.function(*args, **kwargs)
+        return result
+
+
+def task_function(
+    function: Callable[..., Any],
+    place: ClientPlace,
+    *,
+    queue: str = DEFAULT_QUEUE,
+    name: str | None = None,
+    options: dict[str, Any] | None = None,
+) -> TaskFunction[Any, Any]:
+    """The task function of ``function``: async or sync by how it is declared."""
+    if not callable(function) or isinstance(function, (type, TaskFunction)):
+        raise ConfigError(f"@app.task takes a function, got {function!r}")
+    kind = AsyncTaskFunction if inspect.iscoroutinefunction(function) else SyncTaskFunction
+    return kind(function, place, queue=queue, name=name, options=options)
