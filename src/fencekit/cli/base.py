@@ -39,7 +39,7 @@ from fencekit.settings import ClientSettings, ServerSettings, resolve
 __all__ = ["COMMON_SETTINGS", "Context", "Exit", "UsageError", "Verb", "build_parser", "execute"]
 
 COMMON_SETTINGS = ("redis_url", "prefix")
-"""The settings every verb takes (``--redis-url`` / ``FENCEKIT_REDIS_URL``, ``--prefix`` / ``FENCEKIT_PREFIX``)."""
+"""The settings every verb takes: ``--redis-url`` and ``--prefix`` (or their FENCEKIT_ variables)."""
 
 
 class Exit(IntEnum):
@@ -99,7 +99,10 @@ class Verb:
     epilog: str = ""
 
 
-_EXITS = "Exit codes: 0 done, 1 nothing found or not done, 2 bad usage or configuration, 4 Redis unreachable, 130 interrupted."
+_EXITS = (
+    "Exit codes: 0 done, 1 nothing found or not done, 2 bad usage or configuration, "
+    "4 Redis unreachable, 130 interrupted."
+)
 
 
 def build_parser(verb: Verb, prog: str) -> argparse.ArgumentParser:
@@ -170,9 +173,7 @@ def execute(
         return Exit.INTERRUPTED
 
 
-async def _run(
-    verb: Verb, args: argparse.Namespace, settings: dict[str, Any], out: Output, prog: str
-) -> int:
+async def _run(verb: Verb, args: argparse.Namespace, settings: dict[str, Any], out: Output, prog: str) -> int:
     client_options = {k: v for k, v in settings.items() if k in table(ClientSettings) and k != "redis_url"}
     try:
         client = Client(settings["redis_url"], **client_options)
@@ -206,8 +207,7 @@ def _logger(out: Output) -> logging.Logger:
 
 
 def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def known_queue_or_none(name: str, known: Sequence[str]) -> str | None:

@@ -43,7 +43,18 @@ DEFAULT_BATCH = 500
 _SHOWN_ERRORS = 20  # bad lines printed one by one on stderr; the JSON summary lists up to 1,000
 _LISTED_ERRORS = 1000
 _FIELDS = frozenset(
-    ("queue", "operation", "params", "jid", "delay", "timeout", "expires", "keep_result", "unique_key", "unique_for")
+    (
+        "queue",
+        "operation",
+        "params",
+        "jid",
+        "delay",
+        "timeout",
+        "expires",
+        "keep_result",
+        "unique_key",
+        "unique_for",
+    )
 )
 
 
@@ -62,7 +73,9 @@ def task_of(data: Any, *, max_payload: int, keep_result: float) -> tuple[Task, f
         raise ValueError(f"a line must be a JSON object, got {type(data).__name__}")
     unknown = sorted(set(data) - _FIELDS)
     if unknown:
-        raise ValueError(f"unknown field(s) {', '.join(map(repr, unknown))} (known: {', '.join(sorted(_FIELDS))})")
+        raise ValueError(
+            f"unknown field(s) {', '.join(map(repr, unknown))} (known: {', '.join(sorted(_FIELDS))})"
+        )
     for name in ("queue", "operation"):
         if not isinstance(data.get(name), str):
             raise ValueError(f"{name} must be a string, got {data.get(name)!r}")
@@ -105,12 +118,18 @@ class _Run:
 def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("queue", metavar="QUEUE", nargs="?", help="the task's queue (not with --file)")
     parser.add_argument("operation", metavar="OPERATION", nargs="?", help="its operation (not with --file)")
-    parser.add_argument("--params", default="{}", metavar="JSON", help="its params, a JSON object (default: {})")
+    parser.add_argument(
+        "--params", default="{}", metavar="JSON", help="its params, a JSON object (default: {})"
+    )
     parser.add_argument("--delay", type=float, metavar="S", help="start it after S seconds")
     parser.add_argument("--jid", help="its jid (default: a new UUIDv7)")
-    parser.add_argument("--unique-key", metavar="K", help="dedupe: while a task holds K, print that task's jid")
+    parser.add_argument(
+        "--unique-key", metavar="K", help="dedupe: while a task holds K, print that task's jid"
+    )
     parser.add_argument("--timeout", type=float, metavar="S", help="its timeout, overriding the worker's")
-    parser.add_argument("--expires", type=float, metavar="S", help="drop it unrun if not started within S seconds")
+    parser.add_argument(
+        "--expires", type=float, metavar="S", help="drop it unrun if not started within S seconds"
+    )
     parser.add_argument("--file", metavar="PATH", help="enqueue every line of a JSON-lines file ('-': stdin)")
     parser.add_argument("--batch", type=int, default=DEFAULT_BATCH, metavar="N",
                         help=f"tasks per round trip with --file (default: {DEFAULT_BATCH})")  # fmt: skip
@@ -161,18 +180,22 @@ def _lines(stream: IO[bytes]) -> Iterator[tuple[int, bytes]]:
             yield number, line
 
 
-def _count_lines(path: str) -> int | None:
+def _open(path: str) -> tuple[IO[bytes], int | None]:
+    """The file (stdin for ``-``) and its number of lines (None for stdin), for the bar's total.
+
+    Read synchronously: the command runs nothing else on its event loop.
+    """
     if path == "-":
-        return None
+        return sys.stdin.buffer, None
     with open(path, "rb") as f:
-        return sum(1 for _ in f)
+        total = sum(1 for _ in f)
+    return open(path, "rb"), total  # closed by the caller's with
 
 
 async def _from_file(ctx: Context, path: str, batch: int) -> int:
     out = ctx.out
     try:
-        total = _count_lines(path)
-        stream: IO[bytes] = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115
+        stream, total = _open(path)
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror}") from None
     run = _Run()

@@ -72,7 +72,14 @@ async def _queues(ctx: Context, args: argparse.Namespace) -> int:
     live = ("pending", "scheduled", "running", "dead letters")
     counters = tuple(name.replace("_", " ") for name in STAT_FIELDS)
     rows = [
-        (v.name, v.pending, v.scheduled, v.in_flight, v.dead_letters, *(getattr(v.stats, f) for f in STAT_FIELDS))
+        (
+            v.name,
+            v.pending,
+            v.scheduled,
+            v.in_flight,
+            v.dead_letters,
+            *(getattr(v.stats, f) for f in STAT_FIELDS),
+        )
         for v in snapshot.queues
     ]
     ctx.out.table(("queue", *live, *counters), rows, numeric=(*live, *counters))

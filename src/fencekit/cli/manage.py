@@ -66,7 +66,9 @@ async def _cancel(ctx: Context, args: argparse.Namespace) -> int:
         info = await ctx.client.job(args.jid, queue=args.queue)
         status = info.status.value if info is not None else None
     if ctx.out.as_json:
-        ctx.out.json({"jid": args.jid, "cancelled": cancelled, "status": "cancelled" if cancelled else status})
+        ctx.out.json(
+            {"jid": args.jid, "cancelled": cancelled, "status": "cancelled" if cancelled else status}
+        )
     if cancelled:
         if not ctx.out.as_json:
             ctx.out.line(f"cancelled {args.jid}")
@@ -121,7 +123,9 @@ def _dead_arguments(parser: argparse.ArgumentParser) -> None:
     action.add_argument("--revive", metavar="ID", help="enqueue this dead letter again")
     action.add_argument("--revive-all", action="store_true", help="enqueue every dead letter again")
     action.add_argument("--purge", action="store_true", help="drop every dead letter")
-    parser.add_argument("--limit", type=_positive, default=50, metavar="N", help="letters listed (default: 50)")
+    parser.add_argument(
+        "--limit", type=_positive, default=50, metavar="N", help="letters listed (default: 50)"
+    )
     parser.add_argument("--yes", action="store_true", help="do not ask before --purge")
     _batch_argument(parser)
 
@@ -144,13 +148,13 @@ async def _dead_letters(ctx: Context, args: argparse.Namespace) -> int:
     if args.revive_all:
         total = await queue.dead_count()
         with out.bar(f"reviving dead letters of {queue.name}", total) as bar:
-            revived = await queue.revive_all(
+            count_revived: int = await queue.revive_all(
                 batch=args.batch, progress=lambda handled, of: bar.update(handled)
             )
         if out.as_json:
-            out.json({"queue": queue.name, "revived": revived})
+            out.json({"queue": queue.name, "revived": count_revived})
         else:
-            out.line(f"revived {revived} dead letter(s) of {queue.name}")
+            out.line(f"revived {count_revived} dead letter(s) of {queue.name}")
         return Exit.OK
     if args.purge:
         count = await queue.dead_count()
@@ -172,7 +176,11 @@ async def _dead_letters(ctx: Context, args: argparse.Namespace) -> int:
         out.line(f"no dead letters in {queue.name}")
         return Exit.OK
     rows = [(d.id, when(d.at), d.jid, d.reason, _clip(letter_dict(d)["payload"])) for d in letters]
-    out.table(("id", "died", "jid", "reason", "payload"), rows, title=f"{queue.name}: newest {len(letters)} of {count} dead letter(s)")
+    out.table(
+        ("id", "died", "jid", "reason", "payload"),
+        rows,
+        title=f"{queue.name}: newest {len(letters)} of {count} dead letter(s)",
+    )
     return Exit.OK
 
 
@@ -189,7 +197,9 @@ def _failed_arguments(parser: argparse.ArgumentParser) -> None:
     action.add_argument("--retry", metavar="JID", help="run this failed task again from attempt 0")
     action.add_argument("--retry-all", action="store_true", help="run every kept failure again")
     action.add_argument("--show", metavar="JID", help="print one kept failure with its traceback")
-    parser.add_argument("--limit", type=_positive, default=50, metavar="N", help="failures listed (default: 50)")
+    parser.add_argument(
+        "--limit", type=_positive, default=50, metavar="N", help="failures listed (default: 50)"
+    )
     _batch_argument(parser)
 
 
@@ -211,7 +221,7 @@ async def _failed(ctx: Context, args: argparse.Namespace) -> int:
     if args.retry_all:
         total = await queue.failed_count()
         with out.bar(f"retrying failed tasks of {queue.name}", total) as bar:
-            retried_n = await queue.retry_all_failed(
+            retried_n: int = await queue.retry_all_failed(
                 batch=args.batch, progress=lambda handled, of: bar.update(handled)
             )
         if out.as_json:

@@ -57,15 +57,15 @@ def age(seconds: float | None) -> str:
 class Output:
     """Where one run of a verb prints (see the module docstring)."""
 
-    def __init__(self, prog: str, *, as_json: bool, stdout: TextIO | None = None, stderr: TextIO | None = None):
+    def __init__(
+        self, prog: str, *, as_json: bool, stdout: TextIO | None = None, stderr: TextIO | None = None
+    ):
         self.prog = prog
         self.as_json = as_json
         self.stdout = stdout or sys.stdout
         self.stderr = stderr or sys.stderr
         tty = self.stdout.isatty()
-        self._console = Console(
-            file=self.stdout, highlight=False, width=None if tty else _WIDTH_OFF_TERMINAL
-        )
+        self._console = Console(file=self.stdout, highlight=False, width=None if tty else _WIDTH_OFF_TERMINAL)
 
     def json(self, data: dict[str, Any]) -> None:
         """Print ``data`` as one JSON object on one line."""

@@ -29,7 +29,7 @@ from fencekit._redis.run import arun, as_text, translated
 from fencekit.errors import PayloadError
 from fencekit.queue import codec
 
-__all__ = ["DEFAULT_BATCH", "Progress", "purge_dead", "revive_all", "retry_all_failed"]
+__all__ = ["DEFAULT_BATCH", "Progress", "purge_dead", "retry_all_failed", "revive_all"]
 
 DEFAULT_BATCH = 1000
 """Items per batch: one read and one script call each (a script call blocks Redis for ~ms)."""
