@@ -17,7 +17,9 @@ line never holds back the good ones; it is reported on stderr as
 line was skipped (0 when all were enqueued). Rerunning the whole file after
 fixing a line would enqueue the good lines twice, unless they carry a
 ``jid`` with a ``unique_key``: fix the bad lines into a file of their own.
-If Redis fails mid-run, the summary says how many tasks were enqueued before
+``--file -`` reads stdin; from a pipe a batch is sent once it is full (or
+at the end), so a live producer that wants each line sent at once passes
+``--batch 1``. If Redis fails mid-run, the summary says how many tasks were enqueued before
 (the batch in flight may or may not have been accepted) and the exit code is 4.
 """
 
@@ -26,8 +28,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
+import os
+import stat
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -174,22 +178,43 @@ async def _enqueue(ctx: Context, args: argparse.Namespace) -> int:
     return Exit.OK
 
 
-def _lines(stream: IO[bytes]) -> Iterator[tuple[int, bytes]]:
-    for number, line in enumerate(stream, 1):
-        if line.strip():
-            yield number, line
+def _open(path: str) -> tuple[IO[bytes] | None, int | None]:
+    """The file and its number of lines (the bar's total); ``(None, None)`` for stdin from a pipe.
 
-
-def _open(path: str) -> tuple[IO[bytes], int | None]:
-    """The file (stdin for ``-``) and its number of lines (None for stdin), for the bar's total.
-
-    Read synchronously: the command runs nothing else on its event loop.
+    A regular file (also as stdin) is read synchronously: the command runs
+    nothing else on its event loop. A pipe or a terminal is read through the
+    loop (:func:`_stream_lines`), so Ctrl-C stops a run waiting for input.
     """
     if path == "-":
+        if not stat.S_ISREG(os.fstat(sys.stdin.fileno()).st_mode):
+            return None, None
         return sys.stdin.buffer, None
     with open(path, "rb") as f:
         total = sum(1 for _ in f)
-    return open(path, "rb"), total  # closed by the caller's with
+    return open(path, "rb"), total  # closed by the caller
+
+
+async def _lines(stream: IO[bytes] | None, limit: int) -> AsyncIterator[tuple[int, bytes]]:
+    """``(line number, line)`` of every line that is not blank."""
+    if stream is None:
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=limit)
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin.buffer)
+        number = 0
+        while True:
+            try:
+                line = await reader.readline()
+            except ValueError:  # longer than any task can be
+                raise UsageError(f"line {number + 1} is longer than {limit} bytes") from None
+            if not line:
+                return
+            number += 1
+            if line.strip():
+                yield number, line
+    with stream:
+        for number, line in enumerate(stream, 1):
+            if line.strip():
+                yield number, line
 
 
 async def _from_file(ctx: Context, path: str, batch: int) -> int:
@@ -212,8 +237,8 @@ async def _from_file(ctx: Context, path: str, batch: int) -> int:
         pending.clear()
 
     try:
-        with stream, out.bar(f"enqueueing {name}", total) as bar:
-            for number, line in _lines(stream):
+        with out.bar(f"enqueueing {name}", total) as bar:
+            async for number, line in _lines(stream, 2 * max_payload + 1024):
                 run.lines = number
                 try:
                     pending.append(task_of(orjson.loads(line), max_payload=max_payload, keep_result=keep))
