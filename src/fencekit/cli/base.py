@@ -58,7 +58,7 @@ class Exit(IntEnum):
     """Ctrl-C (SIGINT)."""
 
 
-class UsageError(Exception):
+class UsageError(ConfigError):
     """A verb refused its arguments (exit 2), with the line to print."""
 
 
@@ -183,7 +183,7 @@ async def _run(verb: Verb, args: argparse.Namespace, settings: dict[str, Any], o
     client.logger = _logger(out)
     try:
         return await verb.run(Context(client, settings, out, prog), args)
-    except (UsageError, ConfigError, PayloadError) as exc:
+    except (ConfigError, PayloadError) as exc:  # UsageError is a ConfigError
         out.error(str(exc))
         return Exit.USAGE
     except (StoreError, redis.exceptions.RedisError, OSError) as exc:
