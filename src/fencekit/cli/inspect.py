@@ -23,6 +23,8 @@ from fencekit.web.views import ConsumerView, QueueView
 __all__ = ["VERBS", "job_dict"]
 
 STAT_FIELDS = tuple(f.name for f in fields(QueueStats))
+SHOWN_FIELDS = ("processed", "failed", "retried", "fenced_out", "dead")
+"""The counters of the human table; ``--wide`` (and ``--json``) show every one."""
 
 
 def _source(ctx: Context) -> AdminSource:
@@ -50,6 +52,12 @@ def _no_arguments(parser: argparse.ArgumentParser) -> None:
     del parser  # nothing beyond the common flags
 
 
+def _queues_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--wide", action="store_true", help="every counter (enqueued, purged, revived, expired ...)"
+    )
+
+
 async def _queues(ctx: Context, args: argparse.Namespace) -> int:
     snapshot = await _source(ctx).snapshot()
     if ctx.out.as_json:
@@ -70,7 +78,8 @@ async def _queues(ctx: Context, args: argparse.Namespace) -> int:
         ctx.out.line("no queues yet (a queue is known from its first enqueue or consumer)")
         return Exit.OK
     live = ("pending", "scheduled", "running", "dead letters")
-    counters = tuple(name.replace("_", " ") for name in STAT_FIELDS)
+    shown = STAT_FIELDS if args.wide else SHOWN_FIELDS
+    counters = tuple(name.replace("_", " ") for name in shown)
     rows = [
         (
             v.name,
@@ -78,7 +87,7 @@ async def _queues(ctx: Context, args: argparse.Namespace) -> int:
             v.scheduled,
             v.in_flight,
             v.dead_letters,
-            *(getattr(v.stats, f) for f in STAT_FIELDS),
+            *(getattr(v.stats, f) for f in shown),
         )
         for v in snapshot.queues
     ]
@@ -213,7 +222,7 @@ VERBS = (
     Verb(
         "queues",
         "A table of every known queue: pending, scheduled, running, dead letters and its counters.",
-        _no_arguments,
+        _queues_arguments,
         _queues,
     ),
     Verb(

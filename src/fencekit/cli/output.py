@@ -93,8 +93,13 @@ class Output:
     ) -> None:
         """A Rich table on stdout; ``numeric`` columns are right-aligned. Cells print as plain text."""
         table = Table(box=box.SIMPLE_HEAD, title=title, title_justify="left", pad_edge=False)
-        for name in columns:
-            table.add_column(name, justify="right" if name in numeric else "left", overflow="fold")
+        for k, name in enumerate(columns):
+            widest = max(len(word) for word in name.split())  # a header breaks between words only
+            if k == 0:  # the first column names the row: kept whole up to 40 characters
+                widest = max([widest, *(min(40, len(str(row[0]))) for row in rows)])
+            table.add_column(
+                name, justify="right" if name in numeric else "left", overflow="fold", min_width=widest
+            )
         for row in rows:
             table.add_row(*(Text("-" if cell is None else str(cell)) for cell in row))
         self._console.print(table)
