@@ -13,6 +13,7 @@ import asyncio
 import json
 import math
 import os
+import pty
 import re
 import signal
 import socket
@@ -74,6 +75,33 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def on_terminal(url: str, *args: str, answer: bytes = b"") -> tuple[int, str]:
+    """``python -m fencekit ARGS`` with stdin, stdout and stderr on a pseudo-terminal: (exit code, output).
+
+    ``answer`` is typed ahead (the terminal holds it until the command reads a line).
+    """
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fencekit", *args],
+        stdin=slave, stdout=slave, stderr=slave, env=_env(FENCEKIT_REDIS_URL=url, COLUMNS="120"),
+    )  # fmt: skip
+    os.close(slave)
+    if answer:
+        os.write(master, answer)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the command closed its end
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(master)
+    code = proc.wait(timeout=TIMEOUT)
+    return code, re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode(errors="replace"))
 
 
 def envelope(jid: str, queue: str = "q", operation: str = "op", **params: Any) -> bytes:
@@ -434,6 +462,20 @@ def test_purge_needs_yes_off_a_terminal_and_refuses_an_unknown_queue(redis_url: 
     assert "no queue named 'qq' (known: q)" in one_error_line(typo)
 
 
+def test_purge_asks_on_a_terminal_and_no_is_not_done(redis_url: str, r: redis.Redis) -> None:
+    for _ in range(3):
+        fk(redis_url, "enqueue", "q", "op")
+    code, shown = on_terminal(redis_url, "purge", "q", answer=b"n\n")
+    assert code == 1, shown
+    assert "Drop the 3 task(s) waiting in 'q'? [y/N]" in shown
+    assert "nothing purged" in shown
+    assert r.llen(qkey("q", "pending")) == 3
+    code, shown = on_terminal(redis_url, "purge", "q", answer=b"y\n")
+    assert code == 0, shown
+    assert "purged 3 waiting task(s) from q" in shown
+    assert r.llen(qkey("q", "pending")) == 0
+
+
 # -- dead letters ---------------------------------------------------------------------------
 
 
@@ -497,22 +539,25 @@ def test_revive_all_of_20000_letters_takes_a_bounded_number_of_commands(
     redis_url: str, r: redis.Redis
 ) -> None:
     ids = _dead(r, "big", 20_000)
+    r.hset(qkey("big", "dead"), mapping={"broken-1": b"{not json", "broken-2": b"[]"})  # no jid, no record
+    r.zadd(qkey("big", "dead:index"), {"broken-1": 1, "broken-2": 2})  # the oldest two
     r.hset(qkey("big", "job:j5"), mapping={"state": "dead", "env": "x", "error": "{}", "finished": "1"})
     r.pexpire(qkey("big", "job:j5"), 600_000)
     r.config_resetstat()
     done = fk(redis_url, "dead-letters", "big", "--revive-all", "--json")
     calls = commands(r)
-    assert ok_json(done) == {"queue": "big", "revived": 20_000}
+    assert ok_json(done) == {"queue": "big", "revived": 20_002}
     # one ZRANGE, then per batch of 1,000 one HMGET and one script call
-    assert calls.get("evalsha", 0) + calls.get("eval", 0) <= 20 + 2, calls
-    assert calls.get("hmget", 0) == 20, calls
+    assert calls.get("evalsha", 0) + calls.get("eval", 0) <= 21 + 2, calls
+    assert calls.get("hmget", 0) == 21, calls
     assert sent(calls) < 100, calls
     assert r.zcard(qkey("big", "dead:index")) == 0
     assert r.hlen(qkey("big", "dead")) == 0
     pending = r.lrange(qkey("big", "pending"), 0, -1)
-    assert len(pending) == 20_000
-    assert orjson.loads(pending[-1])["jid"] == "j0"  # the oldest letter is claimed first (RPOP)
-    assert (stats(r, "big")["revived"], stats(r, "big")["enqueued"]) == (20_000, 20_000)
+    assert len(pending) == 20_002
+    assert pending[-2:] == ["[]", "{not json"]  # the oldest letters are claimed first (RPOP) ...
+    assert orjson.loads(pending[-3])["jid"] == "j0"  # ... as they were stored
+    assert (stats(r, "big")["revived"], stats(r, "big")["enqueued"]) == (20_002, 20_002)
     record = r.hgetall(qkey("big", "job:j5"))
     assert record["state"] == "pending"
     assert "error" not in record
@@ -520,6 +565,10 @@ def test_revive_all_of_20000_letters_takes_a_bounded_number_of_commands(
     assert len(ids) == 20_000
     human = fk(redis_url, "dead-letters", "big", "--revive-all")
     assert (human.returncode, human.stdout.strip()) == (0, "revived 0 dead letter(s) of big")
+    _dead(r, "big", 3_000, start=20_000)
+    code, shown = on_terminal(redis_url, "dead-letters", "big", "--revive-all", "--batch", "100")
+    assert code == 0, shown  # the Rich bar on a terminal
+    assert "revived 3000 dead letter(s) of big" in shown
 
 
 # -- failures --------------------------------------------------------------------------------
