@@ -86,6 +86,7 @@ def task_of(data: Any, *, max_payload: int, keep_result: float) -> tuple[Task, f
     params = data.get("params", {})
     if not isinstance(params, dict):
         raise ValueError(f"params must be a JSON object, got {type(params).__name__}")
+    delay = _seconds(data, "delay") or 0.0
     task = Task(
         data["queue"],
         data["operation"],
@@ -98,7 +99,7 @@ def task_of(data: Any, *, max_payload: int, keep_result: float) -> tuple[Task, f
         unique_for=_seconds(data, "unique_for"),
     )
     task.envelope(max_payload, keep_result)  # every check enqueue makes; fills in the jid
-    return task, _seconds(data, "delay") or 0.0
+    return task, delay
 
 
 @dataclass
