@@ -206,6 +206,17 @@ def test_the_prefix_flag_and_variable_choose_the_keys(redis_url: str, r: redis.R
     assert (row["name"], row["pending"]) == ("emails", 1)
 
 
+def test_a_verb_reads_only_its_own_settings_from_the_environment(redis_url: str) -> None:
+    done = fk(redis_url, "consumers", "--json", FENCEKIT_HEARTBEAT_TTL="5", FENCEKIT_WEB_PORT="banana")
+    assert ok_json(done) == {
+        "consumers": [],
+        "heartbeat_ttl": 5.0,
+    }  # the server's web port is not its business
+    done = fk(redis_url, "consumers", FENCEKIT_HEARTBEAT_TTL="soon")
+    assert done.returncode == 2
+    assert "heartbeat_ttl must be a valid float" in one_error_line(done)
+
+
 # -- enqueue -------------------------------------------------------------------------------
 
 

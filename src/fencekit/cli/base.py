@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -140,8 +141,10 @@ def _settings(verb: Verb, args: argparse.Namespace, prog: str) -> dict[str, Any]
         ClientSettings, {k: v for k, v in explicit.items() if k in client_names}, owner=prog
     )
     extra = [name for name in verb.settings if name not in client_names]
-    if extra:  # a Server setting a verb reads (heartbeat_ttl): resolved the same way
-        server: dict[str, Any] = resolve(ServerSettings, explicit, owner=prog)
+    if extra:  # a Server setting a verb reads (heartbeat_ttl): resolved the same way, and only it
+        variables = {rows[name].env for name in extra} | {rows[name].env + "_FILE" for name in extra}
+        environ = {k: v for k, v in os.environ.items() if k in variables}
+        server: dict[str, Any] = resolve(ServerSettings, explicit, environ=environ, owner=prog)
         settings.update({name: server[name] for name in extra})
     return settings
 
