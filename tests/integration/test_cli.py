@@ -640,3 +640,14 @@ def test_failed_lists_retries_one_and_retries_all_in_batches(redis_url: str, r: 
     assert r.hget(qkey("fq", "job:f5"), "state") == "pending"
     assert stats(r, "fq")["revived"] == 3_000
     assert fk(redis_url, "failed", "fq").stdout.strip() == "no failed tasks kept in fq"
+
+
+def test_retry_all_leaves_a_failure_whose_jid_lives_again_alone(redis_url: str, r: redis.Redis) -> None:
+    _failed(r, "again", 3)
+    r.hset(qkey("again", "job:f1"), "state", "pending")  # f1 was enqueued anew under its jid
+    assert ok_json(fk(redis_url, "failed", "again", "--retry-all", "--json")) == {
+        "queue": "again",
+        "retried": 2,
+    }
+    assert sorted(orjson.loads(e)["jid"] for e in r.lrange(qkey("again", "pending"), 0, -1)) == ["f0", "f2"]
+    assert r.llen(qkey("again", "failed")) == 0  # its stale index entry is dropped

@@ -69,7 +69,7 @@ class Output:
 
     def json(self, data: dict[str, Any]) -> None:
         """Print ``data`` as one JSON object on one line."""
-        print(json.dumps(data, ensure_ascii=False), file=self.stdout, flush=True)
+        print(json.dumps(data), file=self.stdout, flush=True)  # ASCII: any locale, any parser
 
     def line(self, text: str) -> None:
         """One line of the human result on stdout (no markup)."""

@@ -109,7 +109,8 @@ async def retry_all_failed(
     _check_batch(batch)
     with translated():
         records = [as_text(k) for k in cast("list[bytes]", await client.lrange(qk.failed, 0, -1))]
-    records.reverse()  # oldest first: each LREM from the tail finds its record at once
+    records = list(dict.fromkeys(reversed(records)))  # oldest first: each LREM from the tail finds
+    # its record at once; a key listed twice (its jid failed again after a new enqueue) runs once
     done = handled = 0
     for chunk in _chunks(records, batch):
         handled += len(chunk)

@@ -1,8 +1,10 @@
 -- Run a batch of kept failures again (retry-all): each as failed_retry.lua
 -- does it, the counters bumped once for the batch. A record no longer in the
--- failed index (retried, trimmed or cancelled meanwhile) is skipped. The
--- records arrive oldest first and the index holds the newest at its head, so
--- LREM from the tail (count -1) finds each one at once.
+-- failed index (retried or trimmed meanwhile) is skipped, and so is one whose
+-- state is no longer "failed" (its jid was enqueued again: that task lives on
+-- its own), its stale index entry dropped. The records arrive oldest first and
+-- the index holds the newest at its head, so LREM from the tail (count -1)
+-- finds each one at once.
 --
 -- KEYS[1]  failed      P:{Q}:failed       LIST record keys, newest first
 -- KEYS[2]  pending     P:{Q}:pending
@@ -19,7 +21,7 @@ local n = 0
 local now = nil
 for i = 5, #KEYS do
   local record = KEYS[i]
-  if redis.call('LREM', KEYS[1], -1, record) > 0 then
+  if redis.call('LREM', KEYS[1], -1, record) > 0 and redis.call('HGET', record, 'state') == 'failed' then
     local envelope = ARGV[2 * (i - 4) - 1]
     local keep = ARGV[2 * (i - 4)]
     redis.call('LPUSH', KEYS[2], envelope)
