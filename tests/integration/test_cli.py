@@ -651,3 +651,16 @@ def test_retry_all_leaves_a_failure_whose_jid_lives_again_alone(redis_url: str, 
     }
     assert sorted(orjson.loads(e)["jid"] for e in r.lrange(qkey("again", "pending"), 0, -1)) == ["f0", "f2"]
     assert r.llen(qkey("again", "failed")) == 0  # its stale index entry is dropped
+
+
+def test_names_and_reasons_print_as_text_never_as_markup(redis_url: str, r: redis.Redis) -> None:
+    queue = "[/x]q"  # a closing tag with no opening one: a crash if it were read as Rich markup
+    r.hset(qkey(queue, "dead"), mapping={"d1": b"[bold]x", "d1:why": json.dumps({"reason": "[/bad] [red]r"})})
+    r.zadd(qkey(queue, "dead:index"), {"d1": 1})
+    r.sadd("fencekit:{registry}:queues", queue)
+    done = fk(redis_url, "dead-letters", queue)
+    assert done.returncode == 0, done.stderr
+    assert f"{queue}: newest 1 of 1" in done.stdout
+    assert "[/bad] [red]r" in done.stdout
+    assert "[bold]x" in done.stdout
+    assert f" {queue} " in fk(redis_url, "queues").stdout

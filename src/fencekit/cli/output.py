@@ -92,7 +92,12 @@ class Output:
         numeric: Sequence[str] = (),
     ) -> None:
         """A Rich table on stdout; ``numeric`` columns are right-aligned. Cells print as plain text."""
-        table = Table(box=box.SIMPLE_HEAD, title=title, title_justify="left", pad_edge=False)
+        table = Table(
+            box=box.SIMPLE_HEAD,
+            title=Text(title) if title is not None else None,  # a queue name is text, not markup
+            title_justify="left",
+            pad_edge=False,
+        )
         for k, name in enumerate(columns):
             widest = max(len(word) for word in name.split())  # a header breaks between words only
             if k == 0:  # the first column names the row: kept whole up to 40 characters
