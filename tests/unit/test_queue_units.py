@@ -657,6 +657,22 @@ def every_call(keys: KeySpace, queue: str) -> dict[str, scripts.Call]:
             envelope=b"",
             record=qk.job("j"),
         ),
+        "dead_revive_many": scripts.dead_revive_many(
+            dead=qk.dead,
+            dead_index=qk.dead_index,
+            pending=qk.pending,
+            stats=qk.stats,
+            wake=qk.wake,
+            letters=[("d1", qk.job("j1")), ("d2", None), ("d3", qk.job("j3"))],
+        ),
+        "dead_purge": scripts.dead_purge(dead=qk.dead, dead_index=qk.dead_index),
+        "failed_retry_many": scripts.failed_retry_many(
+            failed=qk.failed,
+            pending=qk.pending,
+            stats=qk.stats,
+            wake=qk.wake,
+            retries=[(qk.job("j1"), b"{}", 0), (qk.job("j2"), b"{}", 1000)],
+        ),
         "heartbeat": scripts.heartbeat(
             consumers=keys.consumers,
             beats=keys.beats,

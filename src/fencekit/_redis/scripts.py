@@ -408,6 +408,41 @@ def dead_revive(
     return call("dead_revive", keys, (dead_id, envelope))
 
 
+def dead_revive_many(
+    *,
+    dead: str,
+    dead_index: str,
+    pending: str,
+    stats: str,
+    wake: str,
+    letters: Sequence[tuple[str, str | None]],
+) -> Call:
+    """Re-enqueue dead letters, each ``(id, its record key or None)``, oldest first; reply count
+    (``dead_revive_many.lua``)."""
+    keys: list[str] = [dead, dead_index, pending, stats, wake]
+    args: list[Arg] = []
+    for dead_id, record in letters:
+        if record is not None:
+            keys.append(record)
+        args += (dead_id, len(keys) if record is not None else 0)
+    return call("dead_revive_many", keys, args)
+
+
+def dead_purge(*, dead: str, dead_index: str) -> Call:
+    """Drop every dead letter of a queue; reply count (``dead_purge.lua``)."""
+    return call("dead_purge", (dead, dead_index), ())
+
+
+def failed_retry_many(
+    *, failed: str, pending: str, stats: str, wake: str, retries: Sequence[tuple[str, bytes, int]]
+) -> Call:
+    """Enqueue kept failures again, each ``(record key, envelope, keep_ms)``, oldest first; reply count
+    (``failed_retry_many.lua``)."""
+    keys = (failed, pending, stats, wake, *(record for record, _, _ in retries))
+    args = [arg for _, envelope, keep_ms in retries for arg in (envelope, keep_ms)]
+    return call("failed_retry_many", keys, args)
+
+
 def history_sample(
     *,
     stats: str,

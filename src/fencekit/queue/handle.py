@@ -3,7 +3,9 @@
 ``client.queue(name)`` returns a :class:`Queue` with the per-queue operations
 of the kickdown API (``pending``, ``length``, ``scheduled``, ``stats``,
 ``purge``, ``schedule``) plus fencekit's dead-letter record (``dead_letters``, ``revive``)
-and the failures it keeps (``failed``, ``retry_failed``).
+and the failures it keeps (``failed``, ``retry_failed``). The operations over
+all of them (``revive_all``, ``purge_dead``, ``retry_failed()``) run in
+pipelined batches (:mod:`fencekit.queue.bulk`).
 Every read goes to the keys of ``fencekit._redis.keys``; nothing is cached.
 """
 
@@ -20,7 +22,7 @@ from fencekit._redis import scripts
 from fencekit._redis.keys import KeySpace, is_jid, validate_queue
 from fencekit._redis.run import arun, as_text, translated
 from fencekit.errors import ConfigError, PayloadError
-from fencekit.queue import codec
+from fencekit.queue import bulk, codec
 from fencekit.queue.history import History, read_history
 from fencekit.queue.records import JobInfo, parse
 from fencekit.queue.task import Task
@@ -259,39 +261,59 @@ class Queue:
         The new attempt keeps a record for the producer's retention of the
         first one (else the client's ``keep_result``).
         """
+        if jid is None:
+            return await self.retry_all_failed()
         qk = self._qk
-        if jid is not None:
-            candidates = [qk.job(jid)]
-        else:
-            with translated():
-                candidates = [
-                    as_text(k) for k in cast("list[bytes]", await self._client.lrange(qk.failed, 0, -1))
-                ]
-        done = 0
-        for record in candidates:
-            with translated():
-                raw = await self._client.hget(record, "env")
-            if raw is None:
-                continue
-            try:
-                envelope = codec.decode(raw)
-            except PayloadError:
-                continue
-            keep = envelope.keep
-            if keep is None and self._producer is not None:
-                keep = round(self._producer.keep_result * 1000) or None
-            fresh = envelope._replace(attempt=0, keep=keep).encode()
-            call = scripts.failed_retry(
-                failed=qk.failed,
-                record=record,
-                pending=qk.pending,
-                stats=qk.stats,
-                wake=qk.wake,
-                envelope=fresh,
-                keep_ms=keep or 0,
-            )
-            done += int(await arun(self._client, call))
-        return done
+        record = qk.job(jid)
+        with translated():
+            raw = await self._client.hget(record, "env")
+        if raw is None:
+            return 0
+        try:
+            envelope = codec.decode(raw)
+        except PayloadError:
+            return 0
+        keep = envelope.keep if envelope.keep is not None else (self._default_keep_ms() or None)
+        fresh = envelope._replace(attempt=0, keep=keep).encode()
+        call = scripts.failed_retry(
+            failed=qk.failed,
+            record=record,
+            pending=qk.pending,
+            stats=qk.stats,
+            wake=qk.wake,
+            envelope=fresh,
+            keep_ms=keep or 0,
+        )
+        return int(await arun(self._client, call))
+
+    async def retry_all_failed(
+        self, *, batch: int = bulk.DEFAULT_BATCH, progress: bulk.Progress | None = None
+    ) -> int:
+        """:meth:`retry_failed` of every kept failure, in pipelined batches; returns how many.
+
+        ``progress(handled, total)`` is called after each batch.
+        """
+        return await bulk.retry_all_failed(
+            self._client, self._qk, default_keep_ms=self._default_keep_ms(), batch=batch, progress=progress
+        )
+
+    def _default_keep_ms(self) -> int:
+        """The producer's ``keep_result`` in ms (0 without a producer, or with no records)."""
+        return round(self._producer.keep_result * 1000) if self._producer is not None else 0
+
+    async def revive_all(
+        self, *, batch: int = bulk.DEFAULT_BATCH, progress: bulk.Progress | None = None
+    ) -> int:
+        """Enqueue every dead letter again as stored, oldest first, in pipelined batches; returns how many.
+
+        Letters that die while it runs are left for the next run.
+        ``progress(handled, total)`` is called after each batch.
+        """
+        return await bulk.revive_all(self._client, self._qk, batch=batch, progress=progress)
+
+    async def purge_dead(self) -> int:
+        """Drop every dead letter (the counters are kept); returns how many there were."""
+        return await bulk.purge_dead(self._client, self._qk)
 
     async def revive(self, dead_id: str, task: Task | None = None) -> bool:
         """Enqueue a dead letter again (as stored, or as ``task``); False if it is gone."""

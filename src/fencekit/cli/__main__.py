@@ -1,0 +1,7 @@
+"""``python -m fencekit.cli``: the ``fencekit`` console command (:func:`fencekit.cli.main`)."""
+
+import sys
+
+from fencekit.cli import main
+
+sys.exit(main())

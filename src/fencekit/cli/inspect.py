@@ -1,0 +1,242 @@
+"""``fencekit queues``, ``fencekit consumers``, ``fencekit job JID``: reading, never writing.
+
+``queues`` and ``consumers`` read what the admin page reads, through the
+same :class:`~fencekit.web.source.AdminSource` (three pipelined round trips;
+consumers' beat ages measured on Redis's clock), so the command line and
+``/admin`` can never disagree. ``job`` reads one task's record as
+``Client.job`` does. The JSON shapes are listed in ``docs/cli.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict, fields
+from typing import Any
+
+from fencekit.cli.base import Context, Exit, Verb
+from fencekit.cli.output import age, when
+from fencekit.queue.handle import QueueStats
+from fencekit.queue.records import JobInfo
+from fencekit.web.source import AdminSource
+from fencekit.web.views import ConsumerView, QueueView
+
+__all__ = ["VERBS", "job_dict"]
+
+STAT_FIELDS = tuple(f.name for f in fields(QueueStats))
+SHOWN_FIELDS = ("processed", "failed", "retried", "fenced_out", "dead")
+"""The counters of the human table; ``--wide`` (and ``--json``) show every one."""
+
+
+def _source(ctx: Context) -> AdminSource:
+    ttl = float(ctx.settings.get("heartbeat_ttl", 30.0))
+    # dead_letter_limit 0: no lists of letters, failures or scheduled tasks, only the counts
+    return AdminSource(ctx.client.redis, ctx.client.keys, heartbeat_ttl=ttl, dead_letter_limit=0)
+
+
+# queues ---------------------------------------------------------------------------------
+
+
+def queue_dict(view: QueueView) -> dict[str, Any]:
+    """One queue in ``fencekit queues --json``: the live counts, then every counter."""
+    return {
+        "name": view.name,
+        "pending": view.pending,
+        "scheduled": view.scheduled,
+        "running": view.in_flight,
+        "dead_letters": view.dead_letters,
+        **asdict(view.stats),
+    }
+
+
+def _no_arguments(parser: argparse.ArgumentParser) -> None:
+    del parser  # nothing beyond the common flags
+
+
+def _queues_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--wide", action="store_true", help="every counter (enqueued, purged, revived, expired ...)"
+    )
+
+
+async def _queues(ctx: Context, args: argparse.Namespace) -> int:
+    snapshot = await _source(ctx).snapshot()
+    if ctx.out.as_json:
+        ctx.out.json(
+            {
+                "queues": [queue_dict(v) for v in snapshot.queues],
+                "totals": {
+                    "pending": sum(v.pending for v in snapshot.queues),
+                    "scheduled": sum(v.scheduled for v in snapshot.queues),
+                    "running": sum(v.in_flight for v in snapshot.queues),
+                    "dead_letters": sum(v.dead_letters for v in snapshot.queues),
+                    **asdict(snapshot.totals),
+                },
+            }
+        )
+        return Exit.OK
+    if not snapshot.queues:
+        ctx.out.line("no queues yet (a queue is known from its first enqueue or consumer)")
+        return Exit.OK
+    live = ("pending", "scheduled", "running", "dead letters")
+    shown = STAT_FIELDS if args.wide else SHOWN_FIELDS
+    counters = tuple(name.replace("_", " ") for name in shown)
+    rows = [
+        (
+            v.name,
+            v.pending,
+            v.scheduled,
+            v.in_flight,
+            v.dead_letters,
+            *(getattr(v.stats, f) for f in shown),
+        )
+        for v in snapshot.queues
+    ]
+    ctx.out.table(("queue", *live, *counters), rows, numeric=(*live, *counters))
+    return Exit.OK
+
+
+# consumers ------------------------------------------------------------------------------
+
+
+def consumer_dict(view: ConsumerView) -> dict[str, Any]:
+    """One consumer in ``fencekit consumers --json``."""
+    return {
+        "id": view.id,
+        "kind": view.kind,
+        "host": view.host,
+        "pid": view.pid,
+        "queues": list(view.queues),
+        "concurrency": view.concurrency,
+        "started": view.started,
+        "beat_age": view.beat_age,
+        "in_flight": view.in_flight,
+        "alive": view.alive,
+    }
+
+
+async def _consumers(ctx: Context, args: argparse.Namespace) -> int:
+    snapshot = await _source(ctx).snapshot()
+    if ctx.out.as_json:
+        ttl = float(ctx.settings["heartbeat_ttl"])
+        ctx.out.json({"consumers": [consumer_dict(c) for c in snapshot.consumers], "heartbeat_ttl": ttl})
+        return Exit.OK
+    if not snapshot.consumers:
+        ctx.out.line("no consumers registered")
+        return Exit.OK
+    rows = [
+        (
+            c.id,
+            c.kind or "?",
+            f"{c.host or '?'}/{c.pid if c.pid is not None else '?'}",
+            ", ".join(c.queues),
+            c.concurrency,
+            c.in_flight,
+            age(c.beat_age),
+            "yes" if c.alive else "NO",
+        )
+        for c in snapshot.consumers
+    ]
+    columns = ("id", "kind", "host/pid", "queues", "concurrency", "running", "last beat", "alive")
+    ctx.out.table(columns, rows, numeric=("concurrency", "running", "last beat"))
+    return Exit.OK
+
+
+# job ------------------------------------------------------------------------------------
+
+
+def job_dict(info: JobInfo) -> dict[str, Any]:
+    """A task's record in ``fencekit job --json`` (and in ``failed --json``)."""
+    return {
+        "jid": info.jid,
+        "queue": info.queue,
+        "operation": info.operation,
+        "status": info.status.value,
+        "attempt": info.attempt,
+        "token": info.token,
+        "enqueued_at": info.enqueued_at,
+        "started_at": info.started_at,
+        "finished_at": info.finished_at,
+        "due_at": info.due_at,
+        "progress": asdict(info.progress) if info.progress is not None else None,
+        "result": info.result,
+        "error": asdict(info.error) if info.error is not None else None,
+        "params": info.params,
+    }
+
+
+def _job_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("jid", metavar="JID", help="the task's jid")
+    parser.add_argument("--queue", help="its queue (default: looked for in every known queue)")
+
+
+def print_job(ctx: Context, info: JobInfo) -> None:
+    """The human form of a record: one field a line, then the traceback if it failed."""
+    out = ctx.out
+    progress = info.progress
+    lines = [
+        ("jid", info.jid),
+        ("queue", info.queue),
+        ("operation", info.operation or "?"),
+        ("status", info.status.value),
+        ("attempt", str(info.attempt)),
+        ("token", str(info.token) if info.token is not None else "-"),
+        ("enqueued", when(info.enqueued_at)),
+        ("due", when(info.due_at)),
+        ("started", when(info.started_at)),
+        ("finished", when(info.finished_at)),
+        ("progress", f"{progress.fraction:.0%} {progress.message}".rstrip() if progress else "-"),
+        ("params", _compact(info.params)),
+    ]
+    if info.result is not None or info.status.value == "done":
+        lines.append(("result", _compact(info.result)))
+    if info.error is not None:
+        lines.append(("error", str(info.error)))
+    for name, value in lines:
+        out.line(f"{name:<10} {value}")
+    if info.error is not None and info.error.traceback:
+        out.line("traceback:")
+        out.line(info.error.traceback.rstrip("\n"))
+
+
+def _compact(value: Any) -> str:
+    import json
+
+    return json.dumps(value, ensure_ascii=False)
+
+
+async def _job(ctx: Context, args: argparse.Namespace) -> int:
+    info = await ctx.client.job(args.jid, queue=args.queue)
+    if info is None:
+        if ctx.out.as_json:
+            ctx.out.json({"jid": args.jid, "found": False})
+        ctx.out.error(f"no record of task {args.jid} (it keeps none, it was forgotten, or the jid is wrong)")
+        return Exit.NOT_DONE
+    if ctx.out.as_json:
+        ctx.out.json({"found": True, **job_dict(info)})
+    else:
+        print_job(ctx, info)
+    return Exit.OK
+
+
+VERBS = (
+    Verb(
+        "queues",
+        "A table of every known queue: pending, scheduled, running, dead letters and its counters.",
+        _queues_arguments,
+        _queues,
+    ),
+    Verb(
+        "consumers",
+        "The registered consumers: id, kind, host/pid, queues, concurrency, last beat, alive.",
+        _no_arguments,
+        _consumers,
+        settings=("heartbeat_ttl",),
+        epilog="A consumer is alive while its last beat is younger than --heartbeat-ttl.",
+    ),
+    Verb(
+        "job",
+        "One task's record: status, attempt, token, times, progress, result or error, params.",
+        _job_arguments,
+        _job,
+    ),
+)
