@@ -6,6 +6,7 @@ import asyncio
 import os
 import re
 import signal
+import subprocess
 import sys
 import textwrap
 import threading
@@ -195,3 +196,53 @@ def test_the_celery_example_runs(redis_url: str):
     assert r.get("order:order-7:charged") == b"yes"
     assert r.get("fencekit:idem:{charge:order-7}") == b"done"
     r.close()
+
+
+def test_the_quick_start_runs_on_a_pool_as_written(redis_url: str, tmp_path: Path):
+    """tasks.py served by ``python -m fencekit.pool tasks:app --procs 2``; main.py prints both results."""
+    url = redis_url.rsplit("/", 1)[0]
+    (tmp_path / "tasks.py").write_text(with_url(block_with("# tasks.py"), url))
+    (tmp_path / "main.py").write_text(with_url(block_with("# main.py"), url))
+    serve = re.search(r"Serve it: `(python -m fencekit\.pool [^`]+)`", README.read_text())
+    assert serve is not None
+    argv = with_url(serve.group(1), url).split()[1:]  # the README's command, only the URL is the test's
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    pool = subprocess.Popen(
+        [sys.executable, *argv, "--web-port", "off"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        done = subprocess.run(
+            [sys.executable, "main.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        printed = [line for line in done.stdout.splitlines() if " fencekit.client: " not in line]
+        assert printed == ["sent 'hi' to ada@example.com", "report 42 rendered"], done.stdout
+    finally:
+        pool.send_signal(signal.SIGTERM)
+        _, log = pool.communicate(timeout=60)
+    assert pool.returncode == 0, log
+
+
+def test_the_testing_example_runs_as_a_user_s_test(tmp_path: Path):
+    """The README's test, in a project of its own that opts in to the plugin, passes under pytest."""
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ["fencekit.testing.pytest"]\n')
+    (tmp_path / "pytest.ini").write_text(
+        "[pytest]\nasyncio_mode = auto\nasyncio_default_fixture_loop_scope = function\n"
+    )
+    (tmp_path / "test_orders.py").write_text(block_with("async def test_charging_marks_the_order_paid"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FENCEKIT_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 passed" in done.stdout, done.stdout
