@@ -38,7 +38,7 @@ from fencekit.queue import handle_steps
 from fencekit.queue.batching import Coalescer
 from fencekit.queue.enqueue import Enqueued
 from fencekit.queue.handle import Queue, QueueStats
-from fencekit.queue.producer import Producer, Send, delay_ms
+from fencekit.queue.producer import Producer, Send, delay_ms, first_error
 from fencekit.queue.records import JobInfo
 from fencekit.queue.registry import known_queues
 from fencekit.queue.results import Pause, ResultWaiter, Subscribe, cancel_job, read_job, result_steps
@@ -183,8 +183,7 @@ class Client(Producer):
             for k in ks:
                 mine = outcomes[start : start + len(batch[k].tasks)]
                 start += len(mine)
-                error = next((o for o in mine if isinstance(o, BaseException)), None)
-                out[k] = error if error is not None else mine  # type: ignore[assignment]
+                out[k] = first_error(mine)
         return out
 
     async def _on_link(self, batch: Batch) -> list[Any]:

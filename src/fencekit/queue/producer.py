@@ -33,7 +33,7 @@ from fencekit.queue.registry import registering
 from fencekit.queue.task import Task, unix_ms
 from fencekit.settings import ClientSettings
 
-__all__ = ["Producer", "Send", "delay_ms"]
+__all__ = ["Producer", "Send", "delay_ms", "first_error"]
 
 
 class Send(NamedTuple):
@@ -139,6 +139,12 @@ class Producer:
                     confirmed,
                 )
         return plan.outcomes(tasks, results)
+
+
+def first_error(outcomes: list[Enqueued | BaseException]) -> list[Enqueued] | BaseException:
+    """One caller's outcome of a send: its tasks' ``Enqueued``, or the first error among them."""
+    error = next((o for o in outcomes if isinstance(o, BaseException)), None)
+    return error if error is not None else outcomes  # type: ignore[return-value]
 
 
 def delay_ms(delay: float | timedelta | None, at: datetime | None = None) -> int:
