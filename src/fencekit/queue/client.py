@@ -155,7 +155,13 @@ class Client(Producer):
     async def _enqueue(self, tasks: list[Task], delay_ms: int) -> list[Enqueued]:
         if not tasks:
             return []
-        return await adrive(self.redis, self.enqueue_steps(tasks, delay_ms), self._enqueue_request)
+        if self.hooks is not None:  # the steps' finally tells the hooks, also of a failure
+            return await adrive(self.redis, self.enqueue_steps(tasks, delay_ms), self._enqueue_request)
+        # The hot path: the three steps of Producer.enqueue_steps, inline (no generator per call).
+        envelopes, new = self.prepare(tasks)
+        if new:
+            await adrive(self.redis, self.register(new))
+        return await self._batcher.submit(Send(tasks, envelopes, delay_ms))
 
     async def _enqueue_request(self, request: Batch | Send) -> Any:
         """A :class:`Send` joins the coalescer (:mod:`fencekit.queue.batching`); a batch runs on redis-py."""
@@ -169,12 +175,22 @@ class Client(Producer):
         by_delay: dict[int, list[int]] = {}
         for k, send in enumerate(batch):
             by_delay.setdefault(send.delay_ms, []).append(k)
-        runner = self._on_link if self._owns_redis else None
         for delay, ks in by_delay.items():
             tasks = [task for k in ks for task in batch[k].tasks]
             envelopes = [envelope for k in ks for envelope in batch[k].envelopes]
-            try:
-                outcomes = await adrive(self.redis, self.send_steps(tasks, envelopes, delay), runner)
+            try:  # Producer.send_steps, inline (the hot path)
+                plan, request = self.plan(tasks, envelopes, delay)
+                if self._owns_redis:  # the lean connection; its WAIT after the scripts (which cannot wait)
+                    link = (
+                        self._lean if self._lean is not None and not self._lean.closed else await self._link()
+                    )
+                    calls = plan.calls
+                    replies = await link.pipeline(calls) if len(calls) > 1 else [await _one(link, calls[0])]
+                    if request.wait is not None:
+                        replies.append(await wait_replicas(link, request.wait))
+                else:
+                    replies = await arun_batch(self.redis, request)
+                outcomes = self.outcomes(plan, tasks, replies)
             except Exception as exc:
                 for k in ks:
                     out[k] = exc
@@ -185,15 +201,6 @@ class Client(Producer):
                 start += len(mine)
                 out[k] = first_error(mine)
         return out
-
-    async def _on_link(self, batch: Batch) -> list[Any]:
-        """A plan's batch over the lean connection (its ``WAIT`` after the scripts, which cannot wait)."""
-        link = await self._link()
-        calls = batch.ops
-        results = await link.pipeline(calls) if len(calls) > 1 else [await _one(link, calls[0])]  # type: ignore[arg-type]
-        if batch.wait is not None:
-            results.append(await wait_replicas(link, batch.wait))
-        return results
 
     async def _link(self) -> Link:
         """The lean connection for enqueues (opened on first use, again after a failure)."""

@@ -85,47 +85,63 @@ class Producer:
         if task.unique_key is None:
             raise ConfigError("enqueue_unique needs a Task with a unique_key")
 
-    def enqueue_steps(self, tasks: list[Task], delay_ms: int) -> Steps[list[Enqueued]]:
-        """Encode ``tasks``, register new queue names, then :class:`Send` them (hooks told of each)."""
-        if self.hooks is not None:
-            return (yield from self._observed(self.hooks, tasks, delay_ms))
-        envelopes = encode(tasks, max_payload=self.max_payload, keep_result=self.keep_result)
-        new = [q for q in dict.fromkeys(t.queue for t in tasks) if q not in self._known_queues]
-        if new:
-            yield from registering(self.keys, new)
-            self._known_queues.update(new)
-        enqueued: list[Enqueued] = yield Send(tasks, envelopes, delay_ms)
-        return enqueued
+    def prepare(self, tasks: list[Task]) -> tuple[list[bytes], list[str]]:
+        """The tasks encoded (all or nothing; with the hooks' trace), the queue names not registered yet."""
+        envelopes = encode(
+            tasks, max_payload=self.max_payload, keep_result=self.keep_result, hooks=self.hooks
+        )
+        known = self._known_queues
+        return envelopes, [q for q in dict.fromkeys(t.queue for t in tasks) if q not in known]
 
-    def _observed(self, hooks: FenceKitHooks, tasks: list[Task], delay_ms: int) -> Steps[list[Enqueued]]:
-        """:meth:`enqueue_steps` telling ``hooks`` of each task's outcome (with its error when refused)."""
+    def register(self, names: list[str]) -> Steps[None]:
+        """Record queue names in the registry, then remember them (the next enqueue skips them)."""
+        yield from registering(self.keys, names)
+        self._known_queues.update(names)
+
+    def enqueue_steps(self, tasks: list[Task], delay_ms: int) -> Steps[list[Enqueued]]:
+        """:meth:`prepare`, :meth:`register` the new names, then :class:`Send` (hooks told of each task).
+
+        ``Client`` runs these three steps inline when it has no hooks (its hot path).
+        """
+        hooks = self.hooks
         envelopes: list[bytes] = []
         error: BaseException | None = None
         try:
-            envelopes = encode(tasks, max_payload=self.max_payload, keep_result=self.keep_result, hooks=hooks)
-            new = [q for q in dict.fromkeys(t.queue for t in tasks) if q not in self._known_queues]
+            envelopes, new = self.prepare(tasks)
             if new:
-                yield from registering(self.keys, new)
-                self._known_queues.update(new)
+                yield from self.register(new)
             enqueued: list[Enqueued] = yield Send(tasks, envelopes, delay_ms)
             return enqueued
         except BaseException as exc:
             error = exc
             raise
         finally:
-            now = time.time_ns()
-            for i, task in enumerate(tasks):
-                trace = codec.decode(envelopes[i]).trace if i < len(envelopes) else None
-                event = JobEvent(task.queue, task.operation, task.jid, task.attempt, None, trace, at_ns=now)
-                hooks.job("enqueued", event._replace(error=error))
+            if hooks is not None:
+                now = time.time_ns()
+                for i, task in enumerate(tasks):
+                    trace = codec.decode(envelopes[i]).trace if i < len(envelopes) else None
+                    event = JobEvent(
+                        task.queue, task.operation, task.jid, task.attempt, None, trace, at_ns=now
+                    )
+                    hooks.job("enqueued", event._replace(error=error))
 
     def send_steps(
         self, tasks: list[Task], envelopes: list[bytes], delay_ms: int
     ) -> Steps[list[Enqueued | BaseException]]:
         """Send tasks with one delay in one round trip: per task, its outcome or its call's error."""
+        plan, batch = self.plan(tasks, envelopes, delay_ms)
+        return self.outcomes(plan, tasks, (yield batch))
+
+    def plan(self, tasks: list[Task], envelopes: list[bytes], delay_ms: int) -> tuple[EnqueuePlan, Batch]:
+        """The :class:`EnqueuePlan` of tasks with one delay, and its batch (its ``WAIT`` when durable)."""
         plan = EnqueuePlan.of(self.keys, tasks, envelopes, keep_result=self.keep_result, delay_ms=delay_ms)
+        return plan, Batch(plan.calls, slots=True, wait=self.durable)
+
+    def outcomes(
+        self, plan: EnqueuePlan, tasks: list[Task], results: list[Any]
+    ) -> list[Enqueued | BaseException]:
+        """What the replies of a :meth:`plan`'s batch mean (DurabilityError: too few replicas confirmed)."""
         durable = self.durable
-        results: list[Any] = yield Batch(plan.calls, slots=True, wait=durable)
         if durable is not None:
             reply = results.pop()
             if isinstance(reply, BaseException):
