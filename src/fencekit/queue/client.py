@@ -11,6 +11,12 @@ A task keeps a record while ``keep_result`` (the task's, else the
 client's) is above 0: ``client.job(jid)`` reads it and ``client.result(jid)``
 waits for it (:mod:`fencekit.queue.results`).
 
+The rules -- encoding, the enqueue plan, records, cancel, the result wait,
+the queue handle's reads -- are steps shared with the synchronous
+:class:`~fencekit.queue.sync_client.SyncClient` (:mod:`fencekit.queue.producer`,
+:mod:`fencekit._redis.steps`); this class drives them on asyncio, its
+enqueues through a :class:`~fencekit.queue.batching.Coalescer`.
+
 Settings (``prefix``, ``max_payload``, ``durable_replicas``,
 ``durable_timeout``, ``keep_result`` and the URL) are those of
 :mod:`fencekit.settings`: an argument, else ``FENCEKIT_<NAME>``, else the
@@ -181,9 +187,7 @@ class Client(Producer):
             try:  # Producer.send_steps, inline (the hot path)
                 plan, request = self.plan(tasks, envelopes, delay)
                 if self._owns_redis:  # the lean connection; its WAIT after the scripts (which cannot wait)
-                    link = (
-                        self._lean if self._lean is not None and not self._lean.closed else await self._link()
-                    )
+                    link = await self._link()
                     calls = plan.calls
                     replies = await link.pipeline(calls) if len(calls) > 1 else [await _one(link, calls[0])]
                     if request.wait is not None:
