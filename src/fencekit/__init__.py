@@ -2,8 +2,9 @@
 
 Primitives (sync and asyncio): :func:`idempotency_key`, :class:`IdempotencyGuard`,
 :class:`DistributedLock` with fencing tokens, :class:`FenceGate`.
-The job queue: :class:`Client`, :class:`Task`, :class:`Server`, :class:`Queue`,
-:func:`current_job`; task functions: ``@app.task`` (:class:`TaskFunction`);
+The job queue: :class:`Client` (:class:`SyncClient` for synchronous code),
+:class:`Task`, :class:`Server`, :class:`Queue` (:class:`SyncQueue`), :func:`current_job`;
+task functions: ``@app.task`` (:class:`TaskFunction`);
 the multiprocess pool: :class:`Pool` and :class:`App`.
 Settings: :mod:`fencekit.settings`. Errors: :mod:`fencekit.errors` (every
 exception fencekit raises is a :class:`FenceKitError`, apart from the plain
@@ -47,6 +48,8 @@ from fencekit.queue.handle import DeadLetter, Queue, QueueStats, ScheduledTask
 from fencekit.queue.history import History, HistoryBucket
 from fencekit.queue.job import Job, current_job
 from fencekit.queue.records import JobError, JobInfo, JobStatus, Progress
+from fencekit.queue.sync_client import SyncClient
+from fencekit.queue.sync_handle import SyncQueue
 from fencekit.queue.task import Task
 from fencekit.queue.worker import Performable, RetryPolicy, Worker, WorkerOptions
 from fencekit.runtime.app import App
@@ -91,6 +94,8 @@ __all__ = [  # noqa: RUF022 - grouped by topic
     "RetryPolicy",
     "ScheduledTask",
     "Server",
+    "SyncClient",
+    "SyncQueue",
     "Task",
     "Worker",
     "current_job",

@@ -18,7 +18,7 @@ import orjson
 import pytest
 from tests.queue_helpers import eventually, new_server, qkey, running, stats, worker
 
-import fencekit.queue.client
+import fencekit.queue.results
 from fencekit import (
     Client,
     FencedOutError,
@@ -124,7 +124,7 @@ async def test_result_is_woken_by_the_finishing_ack_not_by_a_re_read(
     redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With the safety re-read pushed out to a minute, only the ack's message can end the wait."""
-    monkeypatch.setattr(fencekit.queue.client, "SAFETY_REREAD", 60.0)
+    monkeypatch.setattr(fencekit.queue.results, "SAFETY_REREAD", 60.0)
     release = asyncio.Event()
     finished_at: list[float] = []
 
@@ -569,7 +569,7 @@ async def test_result_survives_its_subscription_being_killed(
     redis_url: str, r: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The pub/sub connection is killed while result() waits: it resubscribes and is still woken."""
-    monkeypatch.setattr(fencekit.queue.client, "SAFETY_REREAD", 60.0)
+    monkeypatch.setattr(fencekit.queue.results, "SAFETY_REREAD", 60.0)
     release = asyncio.Event()
 
     async def held(payload: dict[str, Any]) -> str:

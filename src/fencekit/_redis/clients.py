@@ -30,8 +30,10 @@ from fencekit._redis.url import RedisTarget, parse_url
 __all__ = [
     "aclose_client",
     "async_client",
+    "close_sync_client",
     "connect",
     "connect_async",
+    "loopless_client",
     "resolve_address",
     "sync_client",
     "watch_of",
@@ -65,6 +67,47 @@ def sync_client(target: RedisTarget | str, **overrides: Any) -> redis.Redis:
         )
         return cast(redis.Redis, client)
     return redis.Redis(**kwargs)
+
+
+def loopless_client(target: RedisTarget | str, **overrides: Any) -> redis.Redis:
+    """A synchronous redis-py client with retries off that runs no event loop, not even in a thread.
+
+    For ``SyncClient`` (WSGI workers, scripts, Celery tasks). Behind Sentinel
+    it follows the master as far as redis-py's synchronous Sentinel allows,
+    without the :class:`~fencekit._redis.sentinel.MasterWatch` of
+    :func:`sync_client`: each new connection asks the sentinels where the
+    master is and checks ``ROLE`` (so does a connection idle for
+    :data:`~fencekit._redis.sentinel_pool.ROLE_RECHECK` s), and a ``READONLY``
+    reply from a demoted master drops the connection. What it lacks is the
+    watch's early move: a connection in steady use keeps writing to the old
+    master until the sentinels demote it (their INFO period, about ten
+    seconds), instead of refusing writes from the moment a promotion starts.
+    Close it with :func:`close_sync_client`.
+    """
+    if isinstance(target, str):
+        target = parse_url(target)
+    kwargs = target.connection_kwargs() | overrides
+    if not target.is_sentinel:
+        return redis.Redis(**kwargs)
+    assert target.master_name is not None
+    sentinel = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+        list(target.sentinels), sentinel_kwargs=target.sentinel_kwargs(), **kwargs
+    )
+    client = sentinel.master_for(  # type: ignore[no-untyped-call]
+        target.master_name,
+        connection_class=SyncRoleCheckedConnection,
+        health_check_interval=ROLE_RECHECK,
+        **kwargs,
+    )
+    return cast(redis.Redis, client)
+
+
+def close_sync_client(client: redis.Redis) -> None:
+    """Close a synchronous client, and the sentinel connections of a Sentinel-managed one."""
+    client.close()
+    manager = getattr(client.connection_pool, "sentinel_manager", None)
+    for sentinel in getattr(manager, "sentinels", ()):
+        sentinel.close()
 
 
 def connect(url: str, **overrides: Any) -> redis.Redis:

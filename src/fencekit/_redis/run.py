@@ -148,28 +148,9 @@ async def apipeline(
     again (they did not run). A call's own error reply comes back translated
     in its slot; a connection failure raises :class:`StoreError`. With
     ``wait`` a ``WAIT`` follows the calls in the same round trip and its reply
-    -- how many replicas confirmed -- is appended to the results.
+    -- how many replicas confirmed -- is appended to the results. The rule is
+    :func:`fencekit._redis.steps.batch_steps`.
     """
-    with translated():
-        results = await _evalsha_pipeline(client, calls, wait)
-        missing = [i for i, r in enumerate(results) if isinstance(r, NoScriptError)]
-        if missing:
-            for source in {calls[i].script.sha: calls[i].script.source for i in missing}.values():
-                await client.script_load(source)
-            again = await _evalsha_pipeline(client, [calls[i] for i in missing], wait)
-            for i, result in zip(missing, again):
-                results[i] = result
-            if wait is not None:
-                results[-1] = again[-1]
-    return [translate_error(r) if isinstance(r, BaseException) else r for r in results]
+    from fencekit._redis.steps import Batch, arun_batch  # steps builds on this module
 
-
-async def _evalsha_pipeline(
-    client: redis.asyncio.Redis, calls: Sequence[Call], wait: Durability | None
-) -> list[Any]:
-    pipe = client.pipeline(transaction=False)
-    for c in calls:
-        pipe.evalsha(c.script.sha, len(c.keys), *c.keys, *c.args)
-    if wait is not None:
-        pipe.execute_command(*wait.command())
-    return list(await pipe.execute(raise_on_error=False))
+    return await arun_batch(client, Batch(calls, slots=True, wait=wait))

@@ -14,18 +14,21 @@ becomes a new dead letter, which this run does not revive again. An item
 that another client handled meanwhile is skipped by the script. ``progress``
 is called after each batch with ``(handled, total)``: the items looked at so far
 (re-enqueued or skipped) out of the snapshot's.
+
+Each operation is a steps generator (:mod:`fencekit._redis.steps`), driven
+by :class:`~fencekit.queue.handle.Queue` on asyncio and by
+:class:`~fencekit.queue.sync_handle.SyncQueue` synchronously.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TypeVar, cast
-
-import redis.asyncio
+from typing import Any, TypeVar, cast
 
 from fencekit._redis import scripts
 from fencekit._redis.keys import QueueKeys, is_jid
-from fencekit._redis.run import arun, as_text, translated
+from fencekit._redis.run import as_text
+from fencekit._redis.steps import Batch, Steps, cmd
 from fencekit.errors import PayloadError
 from fencekit.queue import codec
 
@@ -44,28 +47,25 @@ def _chunks(items: Sequence[_T], size: int) -> list[Sequence[_T]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
+def _one(op: Any) -> Steps[Any]:
+    (reply,) = yield Batch((op,))
+    return reply
+
+
 def _check_batch(batch: int) -> int:
     if type(batch) is not int or batch < 1:
         raise ValueError(f"batch must be a positive int, got {batch!r}")
     return batch
 
 
-async def revive_all(
-    client: redis.asyncio.Redis,
-    qk: QueueKeys,
-    *,
-    batch: int = DEFAULT_BATCH,
-    progress: Progress | None = None,
-) -> int:
+def revive_all(qk: QueueKeys, *, batch: int = DEFAULT_BATCH, progress: Progress | None = None) -> Steps[int]:
     """Re-enqueue every dead letter present now, oldest first; returns how many were re-enqueued."""
     _check_batch(batch)
-    with translated():
-        ids = [as_text(i) for i in cast("list[bytes]", await client.zrange(qk.dead_index, 0, -1))]
+    ids = [as_text(i) for i in cast("list[bytes]", (yield from _one(cmd("zrange", qk.dead_index, 0, -1))))]
     done = handled = 0
     for chunk in _chunks(ids, batch):
         handled += len(chunk)
-        with translated():
-            raws = await client.hmget(qk.dead, list(chunk))
+        raws = yield from _one(cmd("hmget", qk.dead, list(chunk)))
         letters: list[tuple[str, str | None]] = []
         for dead_id, raw in zip(chunk, raws):
             if raw is None:
@@ -81,25 +81,24 @@ async def revive_all(
                 wake=qk.wake,
                 letters=letters,
             )
-            done += int(await arun(client, call))
+            done += int((yield from _one(call)))
         if progress is not None:
             progress(handled, len(ids))
     return done
 
 
-async def purge_dead(client: redis.asyncio.Redis, qk: QueueKeys) -> int:
+def purge_dead(qk: QueueKeys) -> Steps[int]:
     """Drop every dead letter of the queue in one script call; returns how many there were."""
-    return int(await arun(client, scripts.dead_purge(dead=qk.dead, dead_index=qk.dead_index)))
+    return int((yield from _one(scripts.dead_purge(dead=qk.dead, dead_index=qk.dead_index))))
 
 
-async def retry_all_failed(
-    client: redis.asyncio.Redis,
+def retry_all_failed(
     qk: QueueKeys,
     *,
     default_keep_ms: int = 0,
     batch: int = DEFAULT_BATCH,
     progress: Progress | None = None,
-) -> int:
+) -> Steps[int]:
     """Run every kept failure present now again from attempt 0, oldest first; returns how many.
 
     The new attempt keeps a record for the first one's retention, else
@@ -107,18 +106,13 @@ async def retry_all_failed(
     left where it is (``Queue.failed`` still shows it).
     """
     _check_batch(batch)
-    with translated():
-        records = [as_text(k) for k in cast("list[bytes]", await client.lrange(qk.failed, 0, -1))]
+    records = [as_text(k) for k in cast("list[bytes]", (yield from _one(cmd("lrange", qk.failed, 0, -1))))]
     records = list(dict.fromkeys(reversed(records)))  # oldest first: each LREM from the tail finds
     # its record at once; a key listed twice (its jid failed again after a new enqueue) runs once
     done = handled = 0
     for chunk in _chunks(records, batch):
         handled += len(chunk)
-        with translated():
-            pipe = client.pipeline(transaction=False)
-            for record in chunk:
-                pipe.hget(record, "env")
-            raws = await pipe.execute()
+        raws = yield Batch([cmd("hget", record, "env") for record in chunk])
         retries: list[tuple[str, bytes, int]] = []
         for record, raw in zip(chunk, raws):
             if raw is None:
@@ -133,7 +127,7 @@ async def retry_all_failed(
             call = scripts.failed_retry_many(
                 failed=qk.failed, pending=qk.pending, stats=qk.stats, wake=qk.wake, retries=retries
             )
-            done += int(await arun(client, call))
+            done += int((yield from _one(call)))
         if progress is not None:
             progress(handled, len(records))
     return done

@@ -11,6 +11,12 @@ A task keeps a record while ``keep_result`` (the task's, else the
 client's) is above 0: ``client.job(jid)`` reads it and ``client.result(jid)``
 waits for it (:mod:`fencekit.queue.results`).
 
+The rules -- encoding, the enqueue plan, records, cancel, the result wait,
+the queue handle's reads -- are steps shared with the synchronous
+:class:`~fencekit.queue.sync_client.SyncClient` (:mod:`fencekit.queue.producer`,
+:mod:`fencekit._redis.steps`); this class drives them on asyncio, its
+enqueues through a :class:`~fencekit.queue.batching.Coalescer`.
+
 Settings (``prefix``, ``max_payload``, ``durable_replicas``,
 ``durable_timeout``, ``keep_result`` and the URL) are those of
 :mod:`fencekit.settings`: an argument, else ``FENCEKIT_<NAME>``, else the
@@ -21,8 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
-import time
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -31,33 +35,31 @@ from typing import Any
 import redis.asyncio
 from typing_extensions import Unpack
 
-from fencekit._log import JobLines, default_logger
 from fencekit._redis.clients import aclose_client, async_client, watch_of
-from fencekit._redis.keys import KeySpace
 from fencekit._redis.link import Link, open_link, wait_replicas
-from fencekit._redis.run import Durability, apipeline, translated
-from fencekit._redis.url import parse_url
-from fencekit.errors import ConfigError, DurabilityError, FenceKitError, JobNotFound, PayloadError, StoreError
-from fencekit.hooks import FenceKitHooks, JobEvent, check_hooks
-from fencekit.queue import codec
+from fencekit._redis.steps import Batch, adrive, arun_batch
+from fencekit.errors import FenceKitError, StoreError
+from fencekit.hooks import FenceKitHooks
+from fencekit.queue import handle_steps
 from fencekit.queue.batching import Coalescer
-from fencekit.queue.enqueue import Enqueued, EnqueuePlan, encode
+from fencekit.queue.enqueue import Enqueued
 from fencekit.queue.handle import Queue, QueueStats
+from fencekit.queue.producer import Producer, Send, delay_ms, first_error
 from fencekit.queue.records import JobInfo
-from fencekit.queue.registry import known_queues, register_queues
-from fencekit.queue.results import SAFETY_REREAD, ResultWaiter, cancel_job, outcome, read_job
-from fencekit.queue.task import Task, unix_ms
+from fencekit.queue.registry import known_queues
+from fencekit.queue.results import Pause, ResultWaiter, Subscribe, cancel_job, read_job, result_steps
+from fencekit.queue.task import Task
 from fencekit.settings import ClientOptions, ClientSettings, resolve, table, with_url
 
 __all__ = ["READ_CONCURRENCY", "Client"]
 
-_Enqueue = tuple[list[Task], list[bytes], int]  # one enqueue call: its tasks, their envelopes, the delay
+_Enqueue = tuple[list[Task], list[bytes], int]  # a Send's fields (a NamedTuple is slower to build per call)
 
 READ_CONCURRENCY = 32
 """Record reads (``job``, ``result``) one client runs at once; more wait their turn."""
 
 
-class Client:
+class Client(Producer):
     """Enqueues tasks and inspects queues (an async context manager too)."""
 
     def __init__(
@@ -88,33 +90,16 @@ class Client:
     def _setup(
         self, settings: ClientSettings, redis: redis.asyncio.Redis | None, hooks: FenceKitHooks | None
     ) -> None:
-        self.hooks = check_hooks(hooks)
-        self.settings = settings
-        self.target = parse_url(settings["redis_url"])
-        self.keys = KeySpace(settings["prefix"])
-        self.max_payload = settings["max_payload"]
-        self.durable = Durability.of(settings["durable_replicas"], settings["durable_timeout"])
-        self.keep_result: float = settings["keep_result"]
+        self._set_up_producer(settings, hooks)
         self.redis = redis if redis is not None else async_client(self.target)
         self._owns_redis = redis is None
         self._lean: Link | None = None  # enqueues of a client that owns its connection go here
         self._lean_opening: asyncio.Lock | None = None
-        self._known_queues: set[str] = set()
-        self.logger = default_logger("fencekit.client")
         self._waiter: ResultWaiter | None = None
         # redis-py's pool refuses a connection past its size (100) instead of waiting: many
         # concurrent job()/result() calls share a few connections through this.
         self._reads = asyncio.Semaphore(READ_CONCURRENCY)
         self._batcher: Coalescer[_Enqueue, list[Enqueued]] = Coalescer(self._send, "fencekit-enqueue-batch")
-
-    @property
-    def logger(self) -> logging.Logger:
-        """Where the client logs (``fencekit.client`` by default); assign another logger to replace it."""
-        return self._lines.logger
-
-    @logger.setter
-    def logger(self, logger: logging.Logger) -> None:
-        self._lines = JobLines(logger)
 
     async def __aenter__(self) -> Client:
         return self
@@ -149,8 +134,7 @@ class Client:
         starts it then instead -- at once if that time has passed.
         """
         (jid,) = await self.enqueue_many((task,), delay=delay, at=at)
-        if self._lines.wanted():
-            self._lines.info("task %s accepted: %s/%s", jid, task.queue, task.operation)
+        self._accepted(jid, task)
         return jid
 
     async def enqueue_many(
@@ -160,7 +144,7 @@ class Client:
 
         A task with a ``unique_key`` whose key is held gets the holder's jid.
         """
-        return [e.jid for e in await self._enqueue(list(tasks), _delay_ms(delay, at))]
+        return [e.jid for e in await self._enqueue(list(tasks), delay_ms(delay, at))]
 
     async def enqueue_unique(
         self, task: Task, *, delay: float | timedelta | None = None, at: datetime | None = None
@@ -170,57 +154,47 @@ class Client:
         A duplicate gets the jid of the task that holds the key (so
         ``client.result(jid)`` is that task's result), and ``created`` False.
         """
-        if task.unique_key is None:
-            raise ConfigError("enqueue_unique needs a Task with a unique_key")
-        (enqueued,) = await self._enqueue([task], _delay_ms(delay, at))
+        self._check_unique(task)
+        (enqueued,) = await self._enqueue([task], delay_ms(delay, at))
         return enqueued
 
     async def _enqueue(self, tasks: list[Task], delay_ms: int) -> list[Enqueued]:
         if not tasks:
             return []
-        if self.hooks is not None:
-            return await self._enqueue_observed(self.hooks, tasks, delay_ms)
-        envelopes = encode(tasks, max_payload=self.max_payload, keep_result=self.keep_result)
-        new = [q for q in dict.fromkeys(t.queue for t in tasks) if q not in self._known_queues]
+        if self.hooks is not None:  # the steps' finally tells the hooks, also of a failure
+            return await adrive(self.redis, self.enqueue_steps(tasks, delay_ms), self._enqueue_request)
+        # The hot path: the three steps of Producer.enqueue_steps, inline (no generator per call).
+        envelopes, new = self.prepare(tasks)
         if new:
-            await register_queues(self.redis, self.keys, new)
-            self._known_queues.update(new)
+            await adrive(self.redis, self.register(new))
         return await self._batcher.submit((tasks, envelopes, delay_ms))
 
-    async def _enqueue_observed(
-        self, hooks: FenceKitHooks, tasks: list[Task], delay_ms: int
-    ) -> list[Enqueued]:
-        """:meth:`_enqueue` telling ``hooks`` of each task's outcome (with its error when refused)."""
-        envelopes: list[bytes] = []
-        error: BaseException | None = None
-        try:
-            envelopes = encode(tasks, max_payload=self.max_payload, keep_result=self.keep_result, hooks=hooks)
-            new = [q for q in dict.fromkeys(t.queue for t in tasks) if q not in self._known_queues]
-            if new:
-                await register_queues(self.redis, self.keys, new)
-                self._known_queues.update(new)
-            return await self._batcher.submit((tasks, envelopes, delay_ms))
-        except BaseException as exc:
-            error = exc
-            raise
-        finally:
-            now = time.time_ns()
-            for i, task in enumerate(tasks):
-                trace = codec.decode(envelopes[i]).trace if i < len(envelopes) else None
-                event = JobEvent(task.queue, task.operation, task.jid, task.attempt, None, trace, at_ns=now)
-                hooks.job("enqueued", event._replace(error=error))
+    async def _enqueue_request(self, request: Batch | Send) -> Any:
+        """A :class:`Send` joins the coalescer (:mod:`fencekit.queue.batching`); a batch runs on redis-py."""
+        if isinstance(request, Send):
+            return await self._batcher.submit(request)
+        return await arun_batch(self.redis, request)
 
     async def _send(self, batch: list[_Enqueue]) -> list[list[Enqueued] | BaseException]:
         """Send the enqueues of one batch (:mod:`fencekit.queue.batching`): one plan per delay."""
         out: list[list[Enqueued] | BaseException] = [[] for _ in batch]
         by_delay: dict[int, list[int]] = {}
-        for k, (_, _, delay_ms) in enumerate(batch):
-            by_delay.setdefault(delay_ms, []).append(k)
-        for delay_ms, ks in by_delay.items():
+        for k, (_, _, wait_ms) in enumerate(batch):
+            by_delay.setdefault(wait_ms, []).append(k)
+        for delay, ks in by_delay.items():
             tasks = [task for k in ks for task in batch[k][0]]
             envelopes = [envelope for k in ks for envelope in batch[k][1]]
-            try:
-                outcomes = await self._send_plan(tasks, envelopes, delay_ms)
+            try:  # Producer.send_steps, inline (the hot path)
+                plan, request = self.plan(tasks, envelopes, delay)
+                if self._owns_redis:  # the lean connection; its WAIT after the scripts (which cannot wait)
+                    link = await self._link()
+                    calls = plan.calls
+                    replies = await link.pipeline(calls) if len(calls) > 1 else [await _one(link, calls[0])]
+                    if request.wait is not None:
+                        replies.append(await wait_replicas(link, request.wait))
+                else:
+                    replies = await arun_batch(self.redis, request)
+                outcomes = self.outcomes(plan, tasks, replies)
             except Exception as exc:
                 for k in ks:
                     out[k] = exc
@@ -229,32 +203,8 @@ class Client:
             for k in ks:
                 mine = outcomes[start : start + len(batch[k][0])]
                 start += len(mine)
-                error = next((o for o in mine if isinstance(o, BaseException)), None)
-                out[k] = error if error is not None else mine  # type: ignore[assignment]
+                out[k] = first_error(mine)
         return out
-
-    async def _send_plan(
-        self, tasks: list[Task], envelopes: list[bytes], delay_ms: int
-    ) -> list[Enqueued | BaseException]:
-        """Send tasks with one delay: per task, its outcome or its call's error."""
-        plan = EnqueuePlan.of(self.keys, tasks, envelopes, keep_result=self.keep_result, delay_ms=delay_ms)
-        calls = plan.calls
-        durable = self.durable
-        if self._owns_redis:
-            link = await self._link()
-            results = await link.pipeline(calls) if len(calls) > 1 else [await _one(link, calls[0])]
-            if durable is not None:  # scripts cannot WAIT: it follows them on the same connection
-                results.append(await wait_replicas(link, durable))
-        else:
-            results = await apipeline(self.redis, calls, wait=durable)
-        confirmed = int(results.pop()) if durable is not None else 0
-        if durable is not None and confirmed < durable.replicas:
-            raise DurabilityError(
-                f"{len(tasks)} task(s) accepted by the master but confirmed by {confirmed} of "
-                f"{durable.replicas} replicas within {durable.timeout_ms} ms: a failover now could lose them",
-                confirmed,
-            )
-        return plan.outcomes(tasks, results)
 
     async def _link(self) -> Link:
         """The lean connection for enqueues (opened on first use, again after a failure)."""
@@ -287,29 +237,31 @@ class Client:
         after ``timeout`` seconds.
         """
         loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
-        info = await self.job(jid, queue=queue)
-        if info is not None and not info.status.finished:
-            if self._waiter is None:
-                self._waiter = ResultWaiter(self.redis, self.keys, self.logger)
-            waiter, found = self._waiter, info.queue
-            event = await waiter.watch(found, jid)
-            try:
-                while info is not None and not info.status.finished:
-                    event.clear()
-                    info = await self.job(jid, queue=found)
-                    if info is None or info.status.finished:
-                        break
-                    left = SAFETY_REREAD if deadline is None else min(SAFETY_REREAD, deadline - loop.time())
-                    if left <= 0:
-                        raise TimeoutError(f"task {jid} did not finish within {timeout}s")
-                    with contextlib.suppress(asyncio.TimeoutError):
-                        await asyncio.wait_for(event.wait(), left)
-            finally:
+        watched: list[tuple[ResultWaiter, str, asyncio.Event]] = []
+
+        async def answer(request: Any) -> Any:
+            if isinstance(request, Batch):
+                for _, _, event in watched:
+                    event.clear()  # a wake-up before this read is answered by the read
+                async with self._reads:
+                    return await arun_batch(self.redis, request)
+            if isinstance(request, Subscribe):
+                if self._waiter is None:
+                    self._waiter = ResultWaiter(self.redis, self.keys, self.logger)
+                watched.append(
+                    (self._waiter, request.queue, await self._waiter.watch(request.queue, request.jid))
+                )
+                return None
+            assert isinstance(request, Pause)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(watched[0][2].wait(), request.seconds)
+            return None
+
+        try:
+            return await adrive(self.redis, result_steps(self.keys, jid, queue, timeout, loop.time), answer)
+        finally:
+            for waiter, found, event in watched:
                 waiter.unwatch(found, jid, event)
-        if info is None:
-            raise JobNotFound(f"no record of task {jid}: it keeps none (keep_result=0), or it was forgotten")
-        return outcome(info)
 
     async def cancel(self, jid: str, *, queue: str | None = None) -> bool:
         """Cancel task ``jid``: True if this call cancelled it, False if it had finished or is unknown.
@@ -329,15 +281,7 @@ class Client:
 
     async def stats(self) -> QueueStats:
         """Counters summed over every queue."""
-        total = QueueStats()
-        queues = await self.queues()
-        with translated():
-            pipe = self.redis.pipeline(transaction=False)
-            for q in queues:
-                pipe.hgetall(self.keys.queue(q).stats)
-            for raw in await pipe.execute():
-                total = total + QueueStats.from_hash(raw)
-        return total
+        return await adrive(self.redis, handle_steps.total_stats(self.keys))
 
 
 async def _one(link: Link, call: Any) -> Any:
@@ -348,23 +292,3 @@ async def _one(link: Link, call: Any) -> Any:
         raise  # the connection: nothing of the batch is known to have run
     except FenceKitError as exc:
         return exc
-
-
-def _delay_ms(delay: float | timedelta | None, at: datetime | None = None) -> int:
-    if at is not None:
-        if delay is not None:
-            raise ConfigError("give enqueue either delay= or at=, not both")
-        if not isinstance(at, datetime):
-            raise ConfigError(f"at must be a timezone-aware datetime, got {at!r}")
-        try:
-            due = unix_ms(at, "at")
-        except PayloadError as exc:
-            raise ConfigError(str(exc)) from None
-        # The producer's clock: the script adds the delay to Redis's own clock.
-        return max(0, due - time.time_ns() // 1_000_000)
-    if delay is None:
-        return 0
-    seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
-    if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or seconds < 0:
-        raise ConfigError(f"delay must be a non-negative number of seconds or a timedelta, got {delay!r}")
-    return round(seconds * 1000)

@@ -40,7 +40,8 @@ import redis.asyncio
 
 from fencekit._redis import scripts
 from fencekit._redis.keys import KeySpace, QueueKeys
-from fencekit._redis.run import apipeline, as_text, translated
+from fencekit._redis.run import apipeline, as_text
+from fencekit._redis.steps import Batch, Steps, adrive, cmd
 from fencekit.errors import ConfigError
 from fencekit.queue.histogram import DEFAULT_BUCKETS, DurationHistogram, QueueDurations
 from fencekit.queue.loops import Backoff, Loop
@@ -55,6 +56,7 @@ __all__ = [
     "HistoryBucket",
     "HistorySampler",
     "Tier",
+    "histories_steps",
     "read_histories",
     "read_history",
 ]
@@ -247,24 +249,24 @@ async def read_history(
 async def read_histories(
     client: redis.asyncio.Redis, keys: KeySpace, queues: Sequence[str], name: str = "1h"
 ) -> dict[str, History]:
+    """:func:`histories_steps` on an asyncio client. Raises StoreError."""
+    return await adrive(client, histories_steps(keys, queues, name))
+
+
+def histories_steps(keys: KeySpace, queues: Sequence[str], name: str = "1h") -> Steps[dict[str, History]]:
     """The history of each of ``queues`` over window ``name`` up to now (Redis clock).
 
     Two round trips: the clock, then one ``HMGET`` per queue of exactly the
     buckets in the window. A bucket that does not parse (written by hand, or
     by a future version) is left out and counted in :attr:`History.unreadable`.
-    Raises StoreError.
     """
     tier, count = window(name)
-    with translated():
-        now_s, _ = await client.time()
-        newest = int(now_s) // tier.step
-        numbers = list(range(newest - count + 1, newest + 1))
-        replies: list[list[bytes | None]] = []
-        if queues:
-            pipe = client.pipeline(transaction=False)
-            for queue in queues:
-                pipe.hmget(tier.key(keys.queue(queue)), numbers)
-            replies = await pipe.execute()
+    ((now_s, _),) = yield Batch((cmd("time"),))
+    newest = int(now_s) // tier.step
+    numbers = list(range(newest - count + 1, newest + 1))
+    replies: list[list[bytes | None]] = []
+    if queues:
+        replies = yield Batch([cmd("hmget", tier.key(keys.queue(queue)), numbers) for queue in queues])
     start, end = float(numbers[0] * tier.step), float((newest + 1) * tier.step)
     out: dict[str, History] = {}
     for queue, raw_values in zip(queues, replies):

@@ -4,7 +4,9 @@ A consumer's heartbeat writes its :class:`ConsumerRecord` (``heartbeat.lua``,
 the registry hash keyed by consumer id); the reaper reads it to learn which
 queues a dead consumer polled, and the admin page to show it. The registry's
 set of queue names is written by :func:`register_queues` (a producer's first
-enqueue to a queue, a consumer at start) and read by :func:`known_queues`.
+enqueue to a queue, a consumer at start) and read by :func:`known_queues`;
+both are steps (:mod:`fencekit._redis.steps`), :func:`queue_names` and
+:func:`registering`, so ``SyncClient`` runs the same rules.
 
 A record in Redis may have been written by another version, or by anyone
 with write access: :meth:`ConsumerRecord.from_json` never raises, it keeps
@@ -25,10 +27,20 @@ import orjson
 import redis.asyncio
 
 from fencekit._redis.keys import KeySpace, validate_queue
-from fencekit._redis.run import as_text, translated
+from fencekit._redis.run import as_text
+from fencekit._redis.steps import Batch, Steps, adrive, cmd
 from fencekit.errors import ConfigError
 
-__all__ = ["HOSTNAME", "ConsumerRecord", "consumer_id", "known_queues", "lease_ok", "register_queues"]
+__all__ = [
+    "HOSTNAME",
+    "ConsumerRecord",
+    "consumer_id",
+    "known_queues",
+    "lease_ok",
+    "queue_names",
+    "register_queues",
+    "registering",
+]
 
 HOSTNAME = socket.gethostname()
 
@@ -128,15 +140,19 @@ def _queues(value: Any) -> tuple[str, ...] | None:
     return tuple(valid)
 
 
-async def known_queues(client: redis.asyncio.Redis, keys: KeySpace) -> list[str]:
-    """Every queue name ever used with this prefix, sorted; raises StoreError.
+def queue_names(keys: KeySpace) -> Steps[list[str]]:
+    """Every queue name ever used with this prefix, sorted.
 
     A member that is not a queue name (written by something else) is left
     out: it names no keys of ours.
     """
-    with translated():
-        names = [as_text(q) for q in await client.smembers(keys.queues)]
-    return sorted(q for q in names if _is_queue(q))
+    (names,) = yield Batch((cmd("smembers", keys.queues),))
+    return sorted(q for q in (as_text(n) for n in names) if _is_queue(q))
+
+
+async def known_queues(client: redis.asyncio.Redis, keys: KeySpace) -> list[str]:
+    """:func:`queue_names` on an asyncio client; raises StoreError."""
+    return await adrive(client, queue_names(keys))
 
 
 def _is_queue(name: str) -> bool:
@@ -147,9 +163,13 @@ def _is_queue(name: str) -> bool:
     return True
 
 
-async def register_queues(client: redis.asyncio.Redis, keys: KeySpace, queues: Iterable[str]) -> None:
-    """Record queue names in the registry (idempotent); raises StoreError."""
+def registering(keys: KeySpace, queues: Iterable[str]) -> Steps[None]:
+    """Record queue names in the registry (idempotent)."""
     names = list(queues)
     if names:
-        with translated():
-            await client.sadd(keys.queues, *names)
+        yield Batch((cmd("sadd", keys.queues, *names),))
+
+
+async def register_queues(client: redis.asyncio.Redis, keys: KeySpace, queues: Iterable[str]) -> None:
+    """:func:`registering` on an asyncio client; raises StoreError."""
+    await adrive(client, registering(keys, queues))

@@ -1,9 +1,12 @@
 """Reading a task's record by jid, and waiting for it to finish without polling.
 
-:func:`read_job` finds the queue of a jid (the one given, else every known
+:func:`job_steps` finds the queue of a jid (the one given, else every known
 queue: one ``EXISTS`` each, in one round trip) and runs ``job_info.lua``,
 which reads the record and, while the task is unfinished, the in-flight
-hashes of the registered consumers.
+hashes of the registered consumers. It, :func:`cancel_steps` and
+:func:`result_steps` (the waiting rule) are steps
+(:mod:`fencekit._redis.steps`): ``Client`` and ``SyncClient`` run the same
+ones (:func:`read_job`, :func:`cancel_job`: on an asyncio client).
 
 :class:`ResultWaiter` is one sharded pub/sub connection per ``Client``:
 the ack that finishes a recorded task publishes its jid on the queue's
@@ -19,62 +22,86 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import redis.asyncio
 
 from fencekit._redis import scripts
 from fencekit._redis.keys import MAX_JID, KeySpace, is_jid
-from fencekit._redis.run import arun, as_text, translated
-from fencekit.errors import ConfigError, JobCancelled, JobExpired, JobFailed, StoreError
+from fencekit._redis.run import as_text
+from fencekit._redis.steps import Batch, Steps, adrive, cmd
+from fencekit.errors import ConfigError, JobCancelled, JobExpired, JobFailed, JobNotFound, StoreError
 from fencekit.queue.records import JobInfo, JobStatus, parse
-from fencekit.queue.registry import known_queues
+from fencekit.queue.registry import queue_names
 
-__all__ = ["SAFETY_REREAD", "ResultWaiter", "cancel_job", "outcome", "read_job"]
+__all__ = [
+    "SAFETY_REREAD",
+    "Pause",
+    "ResultWaiter",
+    "Subscribe",
+    "cancel_job",
+    "cancel_steps",
+    "job_steps",
+    "outcome",
+    "read_job",
+    "result_steps",
+]
 
 SAFETY_REREAD = 5.0
 """Seconds between re-reads of a record while waiting (a lost message costs at most this)."""
 
 
+def _check_jid(jid: str) -> None:
+    if not is_jid(jid):
+        raise ConfigError(f"jid must be 1 to {MAX_JID} printable characters without whitespace, got {jid!r}")
+
+
+def _recorded_in(keys: KeySpace, jid: str) -> Steps[tuple[list[str], list[str], list[str]]]:
+    """Every known queue, those holding a record of ``jid``, and the registered consumers."""
+    queues = yield from queue_names(keys)
+    ops = [cmd("exists", keys.queue(name).job(jid)) for name in queues]
+    *exists, consumers = yield Batch((*ops, cmd("hkeys", keys.consumers)))
+    return queues, [name for name, n in zip(queues, exists) if n], [as_text(c) for c in consumers]
+
+
+def _consumers(keys: KeySpace) -> Steps[list[str]]:
+    (consumers,) = yield Batch((cmd("hkeys", keys.consumers),))
+    return [as_text(c) for c in consumers]
+
+
+def job_steps(keys: KeySpace, jid: str, queue: str | None = None) -> Steps[JobInfo | None]:
+    """The record of task ``jid`` (of ``queue``, else of whichever known queue has it), or None."""
+    _check_jid(jid)
+    if queue is None:
+        _, found, consumers = yield from _recorded_in(keys, jid)
+        if not found:
+            return None
+        queue = found[0]
+    else:
+        consumers = yield from _consumers(keys)
+    qk = keys.queue(queue)
+    call = scripts.job_info(record=qk.job(jid), inflight=[qk.inflight(c) for c in consumers], jid=jid)
+    (reply,) = yield Batch((call,))
+    return parse(jid, queue, reply)
+
+
 async def read_job(
     redis_client: redis.asyncio.Redis, keys: KeySpace, jid: str, queue: str | None = None
 ) -> JobInfo | None:
-    """The record of task ``jid`` (of ``queue``, else of whichever known queue has it), or None."""
-    if not is_jid(jid):
-        raise ConfigError(f"jid must be 1 to {MAX_JID} printable characters without whitespace, got {jid!r}")
-    with translated():
-        if queue is None:
-            queues = await known_queues(redis_client, keys)
-            pipe = redis_client.pipeline(transaction=False)
-            for name in queues:
-                pipe.exists(keys.queue(name).job(jid))
-            found = [name for name, n in zip(queues, await pipe.execute()) if n]
-            if not found:
-                return None
-            queue = found[0]
-        consumers = [as_text(c) for c in await redis_client.hkeys(keys.consumers)]
-    qk = keys.queue(queue)
-    call = scripts.job_info(record=qk.job(jid), inflight=[qk.inflight(c) for c in consumers], jid=jid)
-    return parse(jid, queue, await arun(redis_client, call))
+    """:func:`job_steps` on an asyncio client."""
+    return await adrive(redis_client, job_steps(keys, jid, queue))
 
 
-async def cancel_job(
-    redis_client: redis.asyncio.Redis, keys: KeySpace, jid: str, queue: str | None, keep_finished: int
-) -> bool:
+def cancel_steps(keys: KeySpace, jid: str, queue: str | None, keep_finished: int) -> Steps[bool]:
     """Run ``cancel.lua`` on the queue that has task ``jid`` (or each known queue until one has it)."""
-    if not is_jid(jid):
-        raise ConfigError(f"jid must be 1 to {MAX_JID} printable characters without whitespace, got {jid!r}")
-    with translated():
-        if queue is not None:
-            queues = [queue]
-        else:
-            queues = await known_queues(redis_client, keys)
-            pipe = redis_client.pipeline(transaction=False)
-            for name in queues:
-                pipe.exists(keys.queue(name).job(jid))
-            recorded = [name for name, n in zip(queues, await pipe.execute()) if n]
-            queues = recorded or queues  # without a record: look in every queue
-        consumers = [as_text(c) for c in await redis_client.hkeys(keys.consumers)]
+    _check_jid(jid)
+    if queue is not None:
+        queues = [queue]
+        consumers = yield from _consumers(keys)
+    else:
+        every, recorded, consumers = yield from _recorded_in(keys, jid)
+        queues = recorded or every  # without a record: look in every queue
     for name in queues:
         qk = keys.queue(name)
         call = scripts.cancel(
@@ -88,12 +115,64 @@ async def cancel_job(
             channel=qk.cancel_channel,
             keep_finished=keep_finished,
         )
-        done, where = await arun(redis_client, call)
+        ((done, where),) = yield Batch((call,))
         if int(done):
             return True
         if as_text(where):  # found, but finished already
             return False
     return False
+
+
+async def cancel_job(
+    redis_client: redis.asyncio.Redis, keys: KeySpace, jid: str, queue: str | None, keep_finished: int
+) -> bool:
+    """:func:`cancel_steps` on an asyncio client."""
+    return await adrive(redis_client, cancel_steps(keys, jid, queue, keep_finished))
+
+
+class Subscribe(NamedTuple):
+    """A request of :func:`result_steps`: be woken when task ``jid`` of ``queue`` may have finished.
+
+    The driver subscribes before it answers (so the record read next cannot
+    miss the finish), forgets any wake-up older than each later read, and
+    unsubscribes when the steps end.
+    """
+
+    queue: str
+    jid: str
+
+
+class Pause(NamedTuple):
+    """A request of :func:`result_steps`: wait for a wake-up, at most ``seconds``."""
+
+    seconds: float
+
+
+def result_steps(
+    keys: KeySpace, jid: str, queue: str | None, timeout: float | None, clock: Callable[[], float]
+) -> Steps[Any]:
+    """Wait until task ``jid`` finishes and return its result (``Client.result``'s rule).
+
+    Reads the record; while it is unfinished: subscribed, read again, pause
+    until woken or :data:`SAFETY_REREAD` (or the deadline) passes. ``clock``
+    is a monotonic clock in seconds.
+    """
+    deadline = None if timeout is None else clock() + timeout
+    info = yield from job_steps(keys, jid, queue)
+    if info is not None and not info.status.finished:
+        found = info.queue
+        yield Subscribe(found, jid)
+        while True:
+            info = yield from job_steps(keys, jid, found)
+            if info is None or info.status.finished:
+                break
+            left = SAFETY_REREAD if deadline is None else min(SAFETY_REREAD, deadline - clock())
+            if left <= 0:
+                raise TimeoutError(f"task {jid} did not finish within {timeout}s")
+            yield Pause(left)
+    if info is None:
+        raise JobNotFound(f"no record of task {jid}: it keeps none (keep_result=0), or it was forgotten")
+    return outcome(info)
 
 
 def outcome(info: JobInfo) -> Any:

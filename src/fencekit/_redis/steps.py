@@ -1,0 +1,201 @@
+"""Redis work written once as I/O-free *steps*, driven by a synchronous or an asyncio client.
+
+A steps generator yields a :class:`Batch` -- the commands (:class:`Cmd`) and
+script calls (:class:`~fencekit._redis.scripts.Call`) to send in one round
+trip -- and is sent their replies; its return value is the outcome. When a
+batch fails (a connection error, or an error reply when the batch does not
+want errors in their slots) the exception is thrown into the generator at
+its ``yield``, so a ``finally`` there sees it. :func:`drive` runs steps on a
+``redis.Redis``, :func:`adrive` on a ``redis.asyncio.Redis``: the queue's
+rules (``fencekit.queue.inspect``, ``results``, ``registry``, ``enqueue``)
+are written once for ``Client`` and ``SyncClient``, as ``fencekit.sql._run``
+does for SQL.
+
+One batch is run by :func:`batch_steps` over a raw executor (one pipeline,
+or the bare command when the batch holds one op): a script missing on the
+server (``NOSCRIPT``, so it did not run) is loaded and only the missing calls
+run again, in one more round trip (after the rest of their batch); errors are
+translated (:func:`~fencekit._redis.run.translate_error`); nothing is re-sent
+otherwise (invariant I4). A :class:`Cmd` names a redis-py method, the same on
+both clients, so replies get redis-py's usual parsing on either side.
+
+A steps generator may also yield requests of its own (a caller's enqueue
+batch, a wait for a result): :func:`drive` and :func:`adrive` take a
+``runner`` for those.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+from typing import Any, NamedTuple, TypeAlias, TypeVar, cast
+
+import redis
+import redis.asyncio
+from redis.exceptions import NoScriptError, ResponseError
+
+from fencekit._redis.run import Durability, translate_error, translated
+from fencekit._redis.scripts import Call
+
+__all__ = ["Batch", "Cmd", "Steps", "adrive", "arun_batch", "batch_steps", "cmd", "drive", "run_batch"]
+
+T = TypeVar("T")
+
+_NO_KWARGS: Mapping[str, Any] = {}
+
+
+class Cmd(NamedTuple):
+    """One command: a redis-py method name (of ``Redis`` and of its pipeline), its arguments."""
+
+    method: str
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = _NO_KWARGS
+
+
+def cmd(method: str, *args: Any, **kwargs: Any) -> Cmd:
+    """``Cmd(method, args, kwargs)``, spelled as the call it stands for."""
+    return Cmd(method, args, kwargs or _NO_KWARGS)
+
+
+Op: TypeAlias = Cmd | Call
+
+
+class Batch(NamedTuple):
+    """Ops sent in one round trip.
+
+    ``slots``: each op's error reply comes back (translated) in its slot;
+    otherwise the first one is raised. ``wait``: a ``WAIT`` follows the ops
+    and its reply is appended.
+    """
+
+    ops: Sequence[Op]
+    slots: bool = False
+    wait: Durability | None = None
+
+
+Steps: TypeAlias = Generator[Any, Any, T]
+"""Yields :class:`Batch` (or a request the driver's runner knows), is sent the replies, returns T."""
+
+
+def batch_steps(batch: Batch) -> Generator[list[Op], list[Any], list[Any]]:
+    """Run ``batch``: the raw executor is sent op lists and answers raw replies (errors in slots)."""
+    ops = list(batch.ops)
+    extra: list[Op] = [Cmd("execute_command", batch.wait.command())] if batch.wait is not None else []
+    raw = list((yield ops + extra))
+    missing = [i for i, op in enumerate(ops) if isinstance(op, Call) and isinstance(raw[i], NoScriptError)]
+    if missing:
+        sources = {c.script.sha: c.script.source for c in (cast(Call, ops[i]) for i in missing)}
+        loads: list[Op] = [cmd("script_load", source) for source in sources.values()]
+        again = list((yield loads + [ops[i] for i in missing] + extra))
+        for reply in again[: len(loads)]:
+            if isinstance(reply, BaseException):
+                raise translate_error(reply)
+        again = again[len(loads) :]
+        for i, reply in zip(missing, again):
+            raw[i] = reply
+        if extra:
+            raw[-1] = again[-1]
+    replies = [translate_error(r) if isinstance(r, BaseException) else r for r in raw]
+    if not batch.slots:
+        for reply in replies:
+            if isinstance(reply, BaseException):
+                raise reply
+    return replies
+
+
+def _queue(target: Any, op: Op) -> Any:
+    """Issue ``op`` on a client or pipeline (either kind): what its method returns."""
+    if isinstance(op, Call):
+        return target.evalsha(op.script.sha, len(op.keys), *op.keys, *op.args)
+    return getattr(target, op.method)(*op.args, **op.kwargs)
+
+
+def _execute(client: redis.Redis, ops: list[Op]) -> list[Any]:
+    if len(ops) == 1:
+        try:
+            return [_queue(client, ops[0])]
+        except ResponseError as exc:
+            return [exc]
+    pipe = client.pipeline(transaction=False)
+    for op in ops:
+        _queue(pipe, op)
+    return list(pipe.execute(raise_on_error=False))
+
+
+async def _aexecute(client: redis.asyncio.Redis, ops: list[Op]) -> list[Any]:
+    if len(ops) == 1:
+        try:
+            return [await _queue(client, ops[0])]
+        except ResponseError as exc:
+            return [exc]
+    pipe = client.pipeline(transaction=False)
+    for op in ops:
+        _queue(pipe, op)
+    return list(await pipe.execute(raise_on_error=False))
+
+
+def run_batch(client: redis.Redis, batch: Batch) -> list[Any]:
+    """The replies of ``batch`` run on a synchronous client (see :func:`batch_steps`)."""
+    steps = batch_steps(batch)
+    with translated():
+        try:
+            ops = next(steps)
+            while True:
+                ops = steps.send(_execute(client, ops))
+        except StopIteration as done:
+            return cast("list[Any]", done.value)
+
+
+async def arun_batch(client: redis.asyncio.Redis, batch: Batch) -> list[Any]:
+    """The replies of ``batch`` run on an asyncio client (see :func:`batch_steps`)."""
+    steps = batch_steps(batch)
+    with translated():
+        try:
+            ops = next(steps)
+            while True:
+                ops = steps.send(await _aexecute(client, ops))
+        except StopIteration as done:
+            return cast("list[Any]", done.value)
+
+
+def drive(client: redis.Redis, steps: Steps[T], runner: Callable[[Any], Any] | None = None) -> T:
+    """Run ``steps`` on a synchronous client (``runner``, when given, answers every request)."""
+    reply: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            request = steps.send(reply) if error is None else steps.throw(error)
+        except StopIteration as done:
+            return cast(T, done.value)
+        error = None
+        try:
+            if runner is not None:
+                reply = runner(request)
+            elif isinstance(request, Batch):
+                reply = run_batch(client, request)
+            else:
+                raise TypeError(f"no runner for {request!r}")
+        except BaseException as exc:  # thrown into the steps, whose finally sees it
+            error, reply = exc, None
+
+
+async def adrive(
+    client: redis.asyncio.Redis, steps: Steps[T], runner: Callable[[Any], Awaitable[Any]] | None = None
+) -> T:
+    """Run ``steps`` on an asyncio client (``runner``, when given, answers every request)."""
+    reply: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            request = steps.send(reply) if error is None else steps.throw(error)
+        except StopIteration as done:
+            return cast(T, done.value)
+        error = None
+        try:
+            if runner is not None:
+                reply = await runner(request)
+            elif isinstance(request, Batch):
+                reply = await arun_batch(client, request)
+            else:
+                raise TypeError(f"no runner for {request!r}")
+        except BaseException as exc:
+            error, reply = exc, None
