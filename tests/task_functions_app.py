@@ -91,3 +91,9 @@ def slow_sync(key: str, seconds: float) -> str:
 async def slow_async(seconds: float) -> str:
     await asyncio.sleep(seconds)
     return "slept"
+
+
+@app.task(queue="tf")
+def fan_out_sync(n: int) -> list[str]:
+    """A sync task that enqueues follow-ups with enqueue_sync: through the serving loop's client."""
+    return [greet.enqueue_sync(f"n{i}") for i in range(n)]

@@ -177,6 +177,7 @@ BAD = textwrap.dedent(
         await send_email.options(delay=5).enqueue("a@b.c", subject=1)
         s: str = await add.run(1)
         app.task(retries=3)(add)
+        send_email.enqueue_sync(42)
     """
 )
 
@@ -208,6 +209,11 @@ GOOD = textwrap.dedent(
         f: AsyncTaskFunction[[str], str] = send_email
         g: SyncTaskFunction[[int, int], int] = add
         print(jid, result, later, total, direct, mail, task, f, g)
+
+
+    def view() -> str:
+        jid: str = send_email.enqueue_sync("a@b.c", subject="hi")
+        return jid + add.options(delay=5).enqueue_sync(1, y=2)
     """
 )
 
@@ -259,6 +265,10 @@ def test_mypy_strict_rejects_wrong_calls_of_enqueue_and_run_and_accepts_right_on
             'Incompatible types in assignment (expression has type "int", variable has type "str")',
         ),
         ("bad.py:23:", 'Unexpected keyword argument "retries" for overloaded function "task"'),
+        (
+            "bad.py:24:",
+            'Argument 1 to "enqueue_sync" of "TaskFunction" has incompatible type "int"; expected "str"',
+        ),
     ]
     assert len(errors) == len(expected), bad.stdout
     for line, (where, what) in zip(errors, expected):

@@ -26,6 +26,11 @@ Which client enqueues (:class:`ClientPlace`): in a process that runs the
 app's tasks (a ``Server``, a pool child), the client its jobs already use,
 attached for that event loop while it serves; elsewhere one opened lazily
 from the app's settings, one per event loop, closed by ``await app.close()``.
+``send_email.enqueue_sync(...)`` (synchronous code: a WSGI view, a script, a
+sync task's thread) goes through that serving loop's client when the process
+serves the app, and otherwise through one
+:class:`~fencekit.queue.sync_client.SyncClient` per process, opened lazily
+from the same settings (thread-safe; no event loop).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import threading
 from collections.abc import Callable, Coroutine, Iterable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -46,6 +52,7 @@ from fencekit.queue.worker import WORKER_DEFAULTS, WorkerSpec, inspect_worker
 
 if TYPE_CHECKING:
     from fencekit.queue.client import Client
+    from fencekit.queue.sync_client import SyncClient
 
 __all__ = [
     "AsyncTaskFunction",
@@ -69,10 +76,15 @@ RUN_KEEP_RESULT = 3600.0
 class ClientPlace:
     """Which :class:`~fencekit.queue.client.Client` enqueues, per event loop (see the module docstring)."""
 
-    def __init__(self, opener: Callable[[], Client]) -> None:
+    def __init__(
+        self, opener: Callable[[], Client], sync_opener: Callable[[], SyncClient] | None = None
+    ) -> None:
         self._opener = opener
         self._opened: dict[asyncio.AbstractEventLoop, Client] = {}
         self._attached: dict[asyncio.AbstractEventLoop, list[Client]] = {}
+        self._sync_opener = sync_opener
+        self._sync: SyncClient | None = None
+        self._sync_lock = threading.Lock()
 
     def client(self) -> Client:
         """The client of the running loop: the serving process's, else one opened now (no I/O yet)."""
@@ -101,11 +113,51 @@ class ClientPlace:
 
         return detach
 
+    def enqueue_sync(self, task: Task, delay: float | timedelta | None, at: datetime | None) -> str:
+        """Enqueue ``task`` from synchronous code; returns its jid (see the module docstring).
+
+        Called on the serving loop's own thread it would block that loop, so
+        that is a RuntimeError (use ``await ....enqueue()`` there).
+        """
+        serving = next((loop for loop in self._attached if not loop.is_closed()), None)
+        if serving is not None:
+            try:
+                running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            if running is serving:
+                raise RuntimeError("enqueue_sync() on the event loop would block it: use await .enqueue()")
+            return asyncio.run_coroutine_threadsafe(self._enqueue(task, delay, at), serving).result()
+        return self.sync_client().enqueue(task, delay=delay, at=at)
+
+    async def _enqueue(self, task: Task, delay: float | timedelta | None, at: datetime | None) -> str:
+        return await self.client().enqueue(task, delay=delay, at=at)  # on the serving loop: its client
+
+    def sync_client(self) -> SyncClient:
+        """The process's :class:`~fencekit.queue.sync_client.SyncClient`, opened on first use."""
+        if self._sync_opener is None:
+            raise RuntimeError("this task function has no synchronous client: use await .enqueue()")
+        with self._sync_lock:
+            if self._sync is None:
+                self._sync = self._sync_opener()
+            return self._sync
+
     async def close(self) -> None:
-        """Close the client this place opened for the running loop (attached ones are their owners')."""
+        """Close the clients this place opened for the running loop and for synchronous code.
+
+        Attached clients are their owners'.
+        """
         client = self._opened.pop(asyncio.get_running_loop(), None)
         if client is not None:
             await client.close()
+        self.close_sync()
+
+    def close_sync(self) -> None:
+        """Close the synchronous client this place opened (if any)."""
+        with self._sync_lock:
+            sync, self._sync = self._sync, None
+        if sync is not None:
+            sync.close()
 
 
 def attach_client(specs: Iterable[WorkerSpec], client: Client) -> Callable[[], None]:
@@ -156,6 +208,10 @@ class TaskCall(Generic[P, R]):
         """Enqueue the call; returns its jid. A bad call is a PayloadError naming the parameter."""
         task = self.build(*args, **kwargs)
         return await self.function.place.client().enqueue(task, delay=self.delay, at=self.at)
+
+    def enqueue_sync(self, *args: P.args, **kwargs: P.kwargs) -> str:
+        """:meth:`enqueue` for synchronous code (see :meth:`ClientPlace.enqueue_sync`); returns the jid."""
+        return self.function.place.enqueue_sync(self.build(*args, **kwargs), self.delay, self.at)
 
     async def run(self, *args: P.args, **kwargs: P.kwargs) -> R:
         """Enqueue the call and wait for its result (``Client.result``: JobFailed if it failed)."""
@@ -221,6 +277,14 @@ class TaskFunction(Generic[P, R]):
     async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> str:
         """Enqueue the call; returns its jid. A bad call is a PayloadError naming the parameter."""
         return await self.place.client().enqueue(self.build(*args, **kwargs))
+
+    def enqueue_sync(self, *args: P.args, **kwargs: P.kwargs) -> str:
+        """:meth:`enqueue` for synchronous code: a view, a script, a sync task's thread; returns the jid.
+
+        In a process that serves the app it goes through the serving loop's
+        client; elsewhere through the app's one ``SyncClient`` per process.
+        """
+        return self.place.enqueue_sync(self.build(*args, **kwargs), None, None)
 
     async def run(self, *args: P.args, **kwargs: P.kwargs) -> R:
         """Enqueue the call and wait for what the function returned (through ``Client.result``)."""

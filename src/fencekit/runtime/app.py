@@ -30,6 +30,7 @@ from fencekit.queue.functions import (
     TaskFunction,
     task_function,
 )
+from fencekit.queue.sync_client import SyncClient
 from fencekit.queue.worker import WorkerOptions
 from fencekit.runtime.hooks import Hook, check_hook
 from fencekit.settings import ClientOptions, ClientSettings, resolve, with_url
@@ -54,8 +55,9 @@ class App:
 
     ``redis_url`` and the :class:`~fencekit.settings.ClientOptions` are those
     of the client a task function's ``enqueue`` opens outside a process that
-    runs this app (argument, else ``FENCEKIT_<NAME>``, else the default);
-    ``await app.close()`` closes it.
+    runs this app (argument, else ``FENCEKIT_<NAME>``, else the default),
+    and of the ``SyncClient`` that ``enqueue_sync`` opens;
+    ``await app.close()`` (or ``app.close_sync()``) closes them.
     """
 
     def __init__(
@@ -82,7 +84,9 @@ class App:
         self.on_pool_shutdown = _hooks(on_pool_shutdown, "on_pool_shutdown")
         given = with_url(redis_url, options)
         resolve(ClientSettings, given, owner="App")  # a bad setting fails here, not at the first enqueue
-        self.place = ClientPlace(lambda: Client(hooks=self.hooks, **given))
+        self.place = ClientPlace(
+            lambda: Client(hooks=self.hooks, **given), lambda: SyncClient(hooks=self.hooks, **given)
+        )
 
     @property
     def workers(self) -> tuple[object, ...]:
@@ -128,8 +132,12 @@ class App:
         return register if function is None else register(function)
 
     async def close(self) -> None:
-        """Close the client this app opened in the running event loop for enqueues (if any)."""
+        """Close the clients this app opened for enqueues: the running loop's, and the synchronous one."""
         await self.place.close()
+
+    def close_sync(self) -> None:
+        """Close the synchronous client ``enqueue_sync`` opened (if any), from synchronous code."""
+        self.place.close_sync()
 
 
 class _Decorator(Protocol):
