@@ -284,10 +284,10 @@ def run_cli(argv: list[str], cwd: Path | None = None, **env: str) -> subprocess.
 @pytest.mark.parametrize(
     ("args", "code", "stream", "says"),
     [
-        (["--help"], 0, "stdout", "usage: fencekit pool APP [options]"),
-        (["-h"], 0, "stdout", "usage: fencekit pool APP [options]"),
-        ([], 2, "stderr", "usage: fencekit pool APP [options]"),
-        (["bogus"], 2, "stderr", "fencekit: error: unknown command 'bogus' (known: pool, upgrade-keys)"),
+        (["--help"], 0, "stdout", "usage: fencekit [--version] COMMAND [options]"),
+        (["-h"], 0, "stdout", "usage: fencekit [--version] COMMAND [options]"),
+        ([], 2, "stderr", "usage: fencekit [--version] COMMAND [options]"),
+        (["bogus"], 2, "stderr", "fencekit: error: unknown command 'bogus' (known: pool, upgrade-keys, enqueue,"),
     ],
     ids=["help", "h", "no-arguments", "unknown-command"],
 )
