@@ -287,7 +287,7 @@ def run_cli(argv: list[str], cwd: Path | None = None, **env: str) -> subprocess.
         (["--help"], 0, "stdout", "usage: fencekit [--version] COMMAND [options]"),
         (["-h"], 0, "stdout", "usage: fencekit [--version] COMMAND [options]"),
         ([], 2, "stderr", "usage: fencekit [--version] COMMAND [options]"),
-        (["bogus"], 2, "stderr", "fencekit: error: unknown command 'bogus' (known: pool, upgrade-keys, enqueue,"),
+        (["bogus"], 2, "stderr", "fencekit: error: unknown command 'bogus' (known: pool, upgrade-keys, enq"),
     ],
     ids=["help", "h", "no-arguments", "unknown-command"],
 )

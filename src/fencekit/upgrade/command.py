@@ -8,8 +8,9 @@ and then), the summary to stdout (``--json``: one JSON object).
 
 Exit codes: 0 done (nothing failed), 1 the moves of some keys failed (they
 are named; rerun once the cause is fixed), 2 bad usage, a bad URL or prefix,
-an unsupported ``--from``, or Redis unreachable, 130 interrupted (rerun: every
-step is idempotent, so a rerun from the start finishes the job).
+or an unsupported ``--from``, 4 Redis unreachable (the code of every other
+``fencekit`` command), 130 interrupted (rerun: every step is idempotent, so a
+rerun from the start finishes the job).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from fencekit._redis.clients import connect
 from fencekit._redis.keys import DEFAULT_PREFIX, validate_prefix
 from fencekit._redis.url import parse_url, redact_url
 from fencekit.errors import ConfigError
+from fencekit.runtime.exits import ExitCode
 from fencekit.settings import UrlOption
 from fencekit.upgrade.migrate import Summary, migrate
 from fencekit.upgrade.rules import KINDS, SUPPORTED_VERSIONS, Plan, supported_version
@@ -61,7 +63,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         ),
         epilog=(
             "Exit codes: 0 done, 1 some keys failed (named), 2 bad usage / bad URL / unsupported "
-            "--from / Redis unreachable, 130 interrupted (rerun to finish)."
+            "--from, 4 Redis unreachable, 130 interrupted (rerun to finish)."
         ),
     )
     parser.add_argument(
@@ -184,9 +186,9 @@ def main(
     except SystemExit as exc:
         return int(exc.code or 0)
 
-    def fail(message: str) -> int:
+    def fail(message: str, code: int = 2) -> int:
         print(f"{prog}: error: {message}", file=err)
-        return 2
+        return code
 
     try:
         series = supported_version(args.from_version)
@@ -211,7 +213,7 @@ def main(
         try:
             total = int(client.dbsize())
         except redis.exceptions.RedisError as exc:
-            return fail(f"cannot reach Redis at {redact_url(url)}: {exc}")
+            return fail(f"cannot reach Redis at {redact_url(url)}: {exc}", ExitCode.REDIS)
         progress = _Progress(err, total)
         summary = migrate(
             client,
