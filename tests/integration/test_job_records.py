@@ -22,6 +22,7 @@ import fencekit.queue.results
 from fencekit import (
     Client,
     FencedOutError,
+    JobCancelled,
     JobExpired,
     JobFailed,
     JobNotFound,
@@ -143,6 +144,47 @@ async def test_result_is_woken_by_the_finishing_ack_not_by_a_re_read(
         assert await waiter == "ok"
         woke = time.perf_counter()
     print(f"\n[result() wake] {1000 * (woke - finished_at[0]):.2f} ms from the job's return to result()")
+
+
+async def test_a_failure_a_cancel_and_an_expiry_wake_result_without_a_re_read(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """fail.lua, cancel.lua and drop.lua publish the jid as the ack does: ``result()`` raises at once."""
+    monkeypatch.setattr(fencekit.queue.results, "SAFETY_REREAD", 60.0)
+    release = asyncio.Event()
+
+    async def broken(payload: dict[str, Any]) -> None:
+        await release.wait()
+        raise ValueError("broken on purpose")
+
+    async def forever(payload: dict[str, Any]) -> None:
+        await asyncio.Event().wait()
+
+    server = new_server(
+        redis_url,
+        worker("wake2", "broken", broken, retry=False),
+        worker("wake2", "forever", forever),
+        concurrency=4,
+    )
+    async with Client(redis_url=redis_url) as client, running(server):
+        failing = await client.enqueue(Task("wake2", "broken"))
+        stuck = await client.enqueue(Task("wake2", "forever"))
+        waits = [asyncio.ensure_future(client.result(jid, timeout=20)) for jid in (failing, stuck)]
+        await asyncio.sleep(0.2)  # both waits subscribed and read "running"
+        release.set()
+        with pytest.raises(JobFailed, match="broken on purpose"):
+            await waits[0]
+        assert await client.cancel(stuck) is True
+        with pytest.raises(JobCancelled):
+            await waits[1]
+    expiring = new_server(redis_url, worker("wake3", "late", forever))
+    async with Client(redis_url=redis_url) as client:
+        jid = await client.enqueue(Task("wake3", "late", expires=0.05))
+        wait = asyncio.ensure_future(client.result(jid, timeout=20))
+        await asyncio.sleep(0.2)  # subscribed, read "pending"; the task expired meanwhile
+        async with running(expiring):
+            with pytest.raises(JobExpired):
+                await wait
 
 
 async def test_result_times_out_with_the_builtin_timeout_error(redis_url: str) -> None:
@@ -527,7 +569,7 @@ def test_the_record_scripts_run_on_redis_cluster(tmp_path: Path, server_binary: 
                 cancel = scripts.cancel(
                     record=qk.job(cancel_jid), pending=qk.pending, scheduled=qk.scheduled, stats=qk.stats,
                     finished=qk.finished, inflight=[qk.inflight("c1")], jid=cancel_jid,
-                    channel=qk.cancel_channel, keep_finished=100,
+                    channel=qk.cancel_channel, keep_finished=100, done=qk.done_channel,
                 )  # fmt: skip
                 assert run(client, cancel) == [1, b"running"]
                 unique = Task(queue, "op", unique_key="u")

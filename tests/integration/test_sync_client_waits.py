@@ -86,8 +86,11 @@ async def test_results_from_many_threads_are_woken_by_the_finishing_acks(
     assert subscribers(r, "waits") == 0  # each wait closed its subscription
 
 
-async def test_failures_and_cancels_reach_the_waiting_threads(redis_url: str, r: redis.Redis) -> None:
-    """``fail.lua`` and ``cancel.lua`` publish nothing on the done channel: the 5 s re-read sees them."""
+async def test_failures_and_cancels_reach_the_waiting_threads(
+    redis_url: str, r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``fail.lua`` and ``cancel.lua`` publish the jid on the done channel: no re-read is needed."""
+    monkeypatch.setattr(fencekit.queue.results, "SAFETY_REREAD", 60.0)  # only a message can wake a wait
     with SyncClient(redis_url) as client:
         waits = Waits(client)
         async with Client(redis_url) as other, running(waits.server(redis_url)):

@@ -586,7 +586,7 @@ def every_call(keys: KeySpace, queue: str) -> dict[str, scripts.Call]:
             record=b"",
             dead_id="d",
             keep_dead=10,
-            job=scripts.JobRecordKeys(qk.job("j"), qk.finished, qk.failed),
+            job=scripts.JobRecordKeys(qk.job("j"), qk.finished, qk.failed, qk.done_channel, "j"),
             error=b"{}",
             keep_failed=10,
             keep_finished=10,
@@ -596,7 +596,7 @@ def every_call(keys: KeySpace, queue: str) -> dict[str, scripts.Call]:
             stats=qk.stats,
             token=1,
             counter="expired",
-            job=scripts.JobRecordKeys(qk.job("j"), qk.finished, qk.failed),
+            job=scripts.JobRecordKeys(qk.job("j"), qk.finished, qk.failed, qk.done_channel, "j"),
             keep_finished=10,
         ),
         "job_info": scripts.job_info(record=qk.job("j"), inflight=[inflight, qk.inflight("c2")], jid="j"),
@@ -610,6 +610,7 @@ def every_call(keys: KeySpace, queue: str) -> dict[str, scripts.Call]:
             jid="j",
             channel=qk.cancel_channel,
             keep_finished=10,
+            done=qk.done_channel,
         ),
         "run_now": scripts.run_now(
             scheduled=qk.scheduled, pending=qk.pending, wake=qk.wake, record=qk.job("j"), jid="j"

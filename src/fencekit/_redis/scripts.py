@@ -274,11 +274,17 @@ def requeue(
 
 
 class JobRecordKeys(NamedTuple):
-    """A task's record and the indexes of finished and failed records of its queue."""
+    """A task's record, the indexes of finished and failed records of its queue, and its done channel.
+
+    ``done``/``jid``: a script that makes the record final publishes the jid
+    on the queue's done channel, where ``result()`` waits.
+    """
 
     record: str
     finished: str
     failed: str
+    done: str
+    jid: str
 
 
 def fail(
@@ -301,9 +307,11 @@ def fail(
     With ``job`` the failure is kept as the task's record (``error`` in it).
     """
     keys: tuple[str, ...] = (inflight, stats, dead, dead_index)
+    args: tuple[Arg, ...] = (token, record, dead_id, keep_dead, error, keep_failed, keep_finished)
     if job is not None:
         keys = (*keys, job.record, job.failed, job.finished)
-    return call("fail", keys, (token, record, dead_id, keep_dead, error, keep_failed, keep_finished))
+        args = (*args, job.done, job.jid)
+    return call("fail", keys, args)
 
 
 def drop(
@@ -317,9 +325,11 @@ def drop(
 ) -> Call:
     """Finish a delivery unrun, counted under ``counter``; error ``FENCED`` (``drop.lua``)."""
     keys: tuple[str, ...] = (inflight, stats)
+    args: tuple[Arg, ...] = (token, counter, keep_finished)
     if job is not None:
         keys = (*keys, job.record, job.finished)
-    return call("drop", keys, (token, counter, keep_finished))
+        args = (*args, job.done, job.jid)
+    return call("drop", keys, args)
 
 
 def job_info(*, record: str, inflight: Sequence[str], jid: str) -> Call:
@@ -338,10 +348,13 @@ def cancel(
     jid: str,
     channel: str,
     keep_finished: int,
+    done: str,
 ) -> Call:
     """Cancel a task wherever it is; reply ``{cancelled, where}`` (``cancel.lua``)."""
     return call(
-        "cancel", (record, pending, scheduled, stats, finished, *inflight), (jid, channel, keep_finished)
+        "cancel",
+        (record, pending, scheduled, stats, finished, *inflight),
+        (jid, channel, keep_finished, done),
     )
 
 

@@ -114,6 +114,7 @@ def cancel_steps(keys: KeySpace, jid: str, queue: str | None, keep_finished: int
             jid=jid,
             channel=qk.cancel_channel,
             keep_finished=keep_finished,
+            done=qk.done_channel,
         )
         ((done, where),) = yield Batch((call,))
         if int(done):

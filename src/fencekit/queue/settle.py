@@ -122,7 +122,7 @@ def job_keys(keys: KeySpace, queue: str, jid: str | None) -> scripts.JobRecordKe
     if not is_jid(jid):
         return None
     qk = keys.queue(queue)
-    return scripts.JobRecordKeys(qk.job(jid), qk.finished, qk.failed)
+    return scripts.JobRecordKeys(qk.job(jid), qk.finished, qk.failed, qk.done_channel, jid)
 
 
 def fail(

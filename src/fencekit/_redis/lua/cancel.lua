@@ -15,6 +15,8 @@
 -- ARGV[1]  jid
 -- ARGV[2]  the cancel channel P:{Q}:cancel (SPUBLISH "<jid> <token>")
 -- ARGV[3]  how many finished records the queue keeps
+-- ARGV[4]  the done channel P:{Q}:done: the jid is published there once its
+--          record says "cancelled", so a waiting result() wakes
 --
 -- Reply: { cancelled, where }
 --   cancelled  1 when this call cancelled it, else 0
@@ -44,6 +46,7 @@ local function cancelled(where, token)
     end
     finish_record(KEYS[1], KEYS[5], fields, keep)
     trim_records(KEYS[5], tonumber(ARGV[3]))
+    redis.call('SPUBLISH', ARGV[4], jid)
   end
   return { 1, where }
 end

@@ -11,6 +11,9 @@
 -- ARGV[1]  token of the delivery
 -- ARGV[2]  the counter of the stats hash to raise, and the record's state
 -- ARGV[3]  how many finished records to keep (with KEYS[3])
+-- ARGV[4]  the done channel P:{Q}:done (with KEYS[3]): the jid is published
+--          there once its record is final, so a waiting result() wakes
+-- ARGV[5]  the jid (with KEYS[3])
 --
 -- Reply: 1 when dropped.
 -- Error: "FENCED ..." when the token is no longer this consumer's delivery;
@@ -27,5 +30,6 @@ if KEYS[3] and redis.call('EXISTS', KEYS[3]) == 1 then
   local keep = tonumber(redis.call('HGET', KEYS[3], 'keep') or '0')
   finish_record(KEYS[3], KEYS[4], { 'state', ARGV[2], 'finished', now, 'token', ARGV[1] }, keep)
   trim_records(KEYS[4], tonumber(ARGV[3]))
+  redis.call('SPUBLISH', ARGV[4], ARGV[5])
 end
 return 1

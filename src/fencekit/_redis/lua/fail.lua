@@ -22,6 +22,9 @@
 -- ARGV[5]  the error (JSON: type, message, traceback) for the record
 -- ARGV[6]  how many failed records to keep
 -- ARGV[7]  how many finished records to keep
+-- ARGV[8]  the done channel P:{Q}:done (with KEYS[5]): the jid is published
+--          there once its record is final, so a waiting result() wakes
+-- ARGV[9]  the jid (with KEYS[5])
 --
 -- Reply: 1 when finished.
 -- Error: "FENCED ..." when the token is no longer this consumer's delivery;
@@ -53,10 +56,12 @@ if ARGV[2] ~= '' then
     finish_record(KEYS[5], KEYS[7], { 'state', 'dead', 'error', ARGV[5], 'finished', now,
       'token', ARGV[1] }, keep)
     trim_records(KEYS[7], tonumber(ARGV[7]))
+    redis.call('SPUBLISH', ARGV[8], ARGV[9])
   end
 elseif KEYS[5] then
   finish_record(KEYS[5], KEYS[6], { 'state', 'failed', 'env', raw, 'error', ARGV[5],
     'finished', now, 'token', ARGV[1] }, 0)
   trim_records(KEYS[6], tonumber(ARGV[6]))
+  redis.call('SPUBLISH', ARGV[8], ARGV[9])
 end
 return 1
