@@ -97,13 +97,13 @@ class Schedule:
         """The first tick strictly after ``ms``."""
         if self.every_ms is not None:
             return (ms // self.every_ms + 1) * self.every_ms
-        return round(self._iter(ms).get_next(float) * 1000)
+        return round(float(self._iter(ms).get_next(float)) * 1000)
 
     def latest(self, ms: int) -> int:
         """The newest tick at or before ``ms``."""
         if self.every_ms is not None:
             return ms - ms % self.every_ms
-        return round(self._iter(ms + 1).get_prev(float) * 1000)
+        return round(float(self._iter(ms + 1).get_prev(float)) * 1000)
 
     def due(self, last_ms: int | None, floor_ms: int, now_ms: int) -> list[int]:
         """The ticks a round at ``now_ms`` proposes, oldest first.
@@ -165,51 +165,62 @@ class Schedule:
 
 def _every_ms(every: object, label: str) -> int:
     seconds = every.total_seconds() if isinstance(every, timedelta) else every
-    if type(seconds) not in (int, float) or not 0 < seconds < 1e9:  # type: ignore[operator]
-        raise ConfigError(f"{label}: attribute 'every' must be a positive number of seconds or a timedelta, got {every!r}")
-    ms = round(seconds * 1000)  # type: ignore[operator]
+    if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not 0 < seconds < 1e9:
+        raise ConfigError(
+            f"{label}: attribute 'every' must be a positive number of seconds or a timedelta, got {every!r}"
+        )
+    ms = round(seconds * 1000)
     if ms < 1:
         raise ConfigError(f"{label}: attribute 'every' must be at least 1 ms, got {every!r}")
-    return int(ms)
+    return ms
 
 
-def _check_cron(cron: object, tz: str, label: str) -> str:
+def _check_cron(cron: object, label: str) -> str:
     if not isinstance(cron, str) or _cron_fields(cron) not in (5, 6):
         raise ConfigError(
-            f"{label}: attribute 'cron' must be a cron expression of 5 fields (or 6, seconds first), got {cron!r}"
+            f"{label}: attribute 'cron' must be a cron expression of 5 fields "
+            f"(or 6, seconds first), got {cron!r}"
         )
     try:
-        croniter(cron, datetime.now(timezone.utc), second_at_beginning=_cron_fields(cron) == 6).get_next(float)
+        it = croniter(cron, datetime.now(timezone.utc), second_at_beginning=_cron_fields(cron) == 6)
+        it.get_next(float)
     except (ValueError, KeyError, TypeError) as exc:  # croniter's errors are ValueErrors
-        raise ConfigError(f"{label}: attribute 'cron' is not a valid cron expression {cron!r}: {exc}") from None
+        raise ConfigError(
+            f"{label}: attribute 'cron' is not a valid cron expression {cron!r}: {exc}"
+        ) from None
     return cron
+
+
+_UNSET = (("cron_params", None), ("cron_tz", "UTC"), ("cron_catch_up", False))
 
 
 def schedule_of(
     label: str, queue: str, operation: str, options: Mapping[str, Any], keep_ms: int | None
 ) -> Schedule | None:
-    """The worker's :class:`Schedule` from its options, or None when it declares neither ``cron`` nor ``every``.
+    """The worker's :class:`Schedule` from its options (None: neither ``cron`` nor ``every``).
 
     ``label`` begins each ConfigError (``worker <name>``); ``keep_ms`` is the
     worker's own record retention, if it sets one.
     """
     cron, every = options.get("cron"), options.get("every")
-    params, tz, catch_up = options.get("cron_params"), options.get("cron_tz", "UTC"), options.get("cron_catch_up", False)
     if cron is None and every is None:
-        for name, value, default in (("cron_params", params, None), ("cron_tz", tz, "UTC"), ("cron_catch_up", catch_up, False)):
-            if value != default:
+        for name, default in _UNSET:
+            if options.get(name, default) != default:
                 raise ConfigError(f"{label}: attribute {name!r} needs 'cron' or 'every'")
         return None
     if cron is not None and every is not None:
-        raise ConfigError(f"{label}: attributes 'cron' and 'every' exclude each other: give one")
+        raise ConfigError(f"{label}: attribute 'every': give either 'cron' or 'every', not both")
+    tz = options.get("cron_tz", "UTC")
     if not isinstance(tz, str) or not tz:
         raise ConfigError(f"{label}: attribute 'cron_tz' must be an IANA time zone name, got {tz!r}")
     try:
         ZoneInfo(tz)
     except (ZoneInfoNotFoundError, ValueError):
         raise ConfigError(f"{label}: attribute 'cron_tz' is not a known IANA time zone: {tz!r}") from None
+    catch_up = options.get("cron_catch_up", False)
     if type(catch_up) is not bool:
         raise ConfigError(f"{label}: attribute 'cron_catch_up' must be a bool, got {catch_up!r}")
+    params = options.get("cron_params")
     if params is None:
         params = {}
     if not isinstance(params, dict) or not all(isinstance(k, str) for k in params):
@@ -221,7 +232,7 @@ def schedule_of(
     return Schedule(
         queue=queue,
         operation=operation,
-        cron=_check_cron(cron, tz, label) if cron is not None else None,
+        cron=_check_cron(cron, label) if cron is not None else None,
         every_ms=_every_ms(every, label) if every is not None else None,
         tz=tz,
         catch_up=catch_up,

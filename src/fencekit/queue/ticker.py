@@ -117,7 +117,10 @@ class Ticker:
             self.next[schedule.name] = schedule.next_after(now)
             if int(count):
                 self.logger.info(
-                    "periodic %s: enqueued %d run(s), newest %s", schedule.name, int(count), schedule.jid(newest_ms)
+                    "periodic %s: enqueued %d run(s), newest %s",
+                    schedule.name,
+                    int(count),
+                    schedule.jid(newest_ms),
                 )
         self.enqueued += enqueued
         return enqueued
