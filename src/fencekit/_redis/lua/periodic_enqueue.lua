@@ -10,7 +10,7 @@
 -- KEYS[2]  pending     P:{Q}:pending           LIST, LPUSH in / RPOP out
 -- KEYS[3]  stats       P:{Q}:stats             HASH counters ("enqueued" += n)
 -- KEYS[4]  wake        P:{Q}:wake              LIST wake marker
--- KEYS[4+i] record     P:{Q}:job:<jid>         of tick i
+-- KEYS[5..4+n] records P:{Q}:job:<jid>         one per tick, in order (KEYS[4+i]: tick i)
 -- ARGV[1]  floor (ms): when KEYS[1] is missing (a new schedule, or Redis lost
 --          its data), ticks below it are not enqueued
 -- ARGV[2]  retention of a finished run's record in milliseconds
