@@ -1,5 +1,6 @@
 """Periodic jobs on a real ``Server`` and a private Redis: catch-up both ways, a cron with
-seconds in a time zone, and the listing (``client.schedules()``, ``SyncClient.schedules()``, /admin).
+seconds in a time zone, and the listing (``client.schedules()``, ``SyncClient.schedules()``, /admin,
+``fencekit schedules``).
 
 Runs are recorded outside Redis (in this process's lists); enqueues are read
 from Redis (each run's record ``P:{Q}:job:cron:<operation>:<tick>``, and the
@@ -10,6 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
+import os
+import subprocess
+import sys
 import time
 from datetime import datetime, timezone
 from typing import Any, ClassVar
@@ -118,6 +123,31 @@ async def test_a_cron_with_seconds_in_a_time_zone_runs_on_its_seconds_and_is_lis
     assert (next_local.hour, next_local.minute, next_local.second) == (9, 0, 0)  # 09:00 in Paris, not UTC
     assert 0 < m.next_run - time.time() <= 24 * 3600
     assert listed_sync["morning"].next_run == m.next_run
+
+    shown = subprocess.run(
+        [sys.executable, "-m", "fencekit", "schedules", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "FENCEKIT_REDIS_URL": private_redis.url()},
+        stdin=subprocess.DEVNULL,
+    )
+    assert shown.returncode == 0, shown.stderr
+    by_name = {s["name"]: s for s in json.loads(shown.stdout)["schedules"]}
+    assert set(by_name) == {"cron:even", "cron:morning"}
+    assert by_name["cron:morning"]["next_run"] == m.next_run
+    assert by_name["cron:even"]["tz"] == "Europe/Paris"
+    table = subprocess.run(
+        [sys.executable, "-m", "fencekit", "schedules"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "FENCEKIT_REDIS_URL": private_redis.url(), "COLUMNS": "200"},
+        stdin=subprocess.DEVNULL,
+    )
+    assert table.returncode == 0, table.stderr
+    assert "cron:morning" in table.stdout
+    assert "0 9 * * *" in table.stdout
 
     assert "<section id=schedules>" in page
     assert "<td class=mono>cron:even</td><td class=mono>cron</td><td class=mono>even</td>" in page
