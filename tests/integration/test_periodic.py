@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -22,9 +23,13 @@ from zoneinfo import ZoneInfo
 
 import httpx
 import pytest
+import redis.asyncio
 from tests.queue_helpers import eventually, new_server, running
 
 from fencekit import Client, SyncClient
+from fencekit._redis.keys import KeySpace
+from fencekit.queue.periodic import Schedule
+from fencekit.queue.ticker import Ticker
 from fencekit.testing import RedisServer
 
 
@@ -155,3 +160,42 @@ async def test_a_cron_with_seconds_in_a_time_zone_runs_on_its_seconds_and_is_lis
     assert "<td class=mono>0 9 * * *</td><td>Europe/Paris</td><td>never</td>" in page
     next_utc = datetime.fromtimestamp(m.next_run, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     assert f"<td>{next_utc}</td>" in page
+
+
+async def test_hosts_with_skewed_clocks_and_a_paused_host_enqueue_each_tick_once(
+    private_redis: RedisServer,
+) -> None:
+    """Two tickers on one Redis, driven by hand-set clocks: B 0.4 s behind A, then A "paused"
+    (its memory stale) while B runs on. The script refuses every tick not newer than the last."""
+    every = Schedule("cron", "all", None, 1000, catch_up=True)
+    newest = Schedule("cron", "one", None, 1000)
+    now = [100.5]
+    r = private_redis.client()
+    client = redis.asyncio.Redis.from_url(private_redis.url())
+    logger = logging.getLogger("test.periodic")
+
+    def ticker(skew: float) -> Ticker:
+        return Ticker(
+            client, KeySpace(), [every, newest], logger, max_payload=2**20, clock=lambda: now[0] - skew
+        )
+
+    a, b = ticker(0.0), ticker(0.4)  # their floors: 100.5 s and 100.1 s
+    assert a.floor_ms == 100_500
+    try:
+        assert await a.round() == 0  # the tick 100 s is before either host started
+        now[0] = 101.5
+        assert await a.round() == 2  # 101 s, for both schedules
+        assert await b.round() == 0  # its clock says 101.1 s: 101 s is done
+        now[0] = 104.2
+        assert await b.round() == 3  # at 103.8 s: "all" 102, 103; "one" 103 only
+        assert await a.round() == 2  # at 104.2 s: 104 s for both
+        now[0] = 110.2  # A was paused since 104.2 s (stale memory); B runs first
+        assert await b.round() == 6  # at 109.8 s: "all" 105..109; "one" 109
+        assert await a.round() == 2  # 110 s for both; 105..109 refused by the script
+    finally:
+        await client.aclose()
+    assert ticks_in_redis(r, "all") == list(range(101_000, 111_000, 1000))
+    assert ticks_in_redis(r, "one") == [101_000, 103_000, 104_000, 109_000, 110_000]
+    assert int(r.hget("fencekit:{cron}:stats", "enqueued") or 0) == 10 + 5
+    assert int(r.get("fencekit:{cron}:cron:all") or 0) == 110_000
+    r.close()
