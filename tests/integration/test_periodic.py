@@ -199,3 +199,15 @@ async def test_hosts_with_skewed_clocks_and_a_paused_host_enqueue_each_tick_once
     assert int(r.hget("fencekit:{cron}:stats", "enqueued") or 0) == 10 + 5
     assert int(r.get("fencekit:{cron}:cron:all") or 0) == 110_000
     r.close()
+
+
+async def test_a_burst_run_drains_what_is_queued_and_starts_no_periodic_run(
+    private_redis: RedisServer,
+) -> None:
+    beat = recorder("beat", every=0.05)
+    server = new_server(private_redis.url(), beat, burst=True)
+    await asyncio.wait_for(server.run(), 30)
+    r = private_redis.client()
+    assert beat.runs == []
+    assert list(r.scan_iter(match="fencekit:{cron}:cron:*")) == []
+    r.close()

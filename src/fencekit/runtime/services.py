@@ -137,7 +137,8 @@ class Services:
             self.scheduler.loop(),
             self.history.loop(),
         ]
-        schedules = registry.schedules()
+        # A burst run drains what is there: it starts no new periodic runs (docs/periodic.md).
+        schedules = [] if settings.get("burst") else registry.schedules()
         self.ticker = (
             Ticker(self.redis, keys, schedules, logger, max_payload=settings["max_payload"])
             if schedules
