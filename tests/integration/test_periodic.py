@@ -128,6 +128,8 @@ async def test_a_cron_with_seconds_in_a_time_zone_runs_on_its_seconds_and_is_lis
     assert (next_local.hour, next_local.minute, next_local.second) == (9, 0, 0)  # 09:00 in Paris, not UTC
     assert 0 < m.next_run - time.time() <= 24 * 3600
     assert listed_sync["morning"].next_run == m.next_run
+    assert m.registered_at is not None
+    assert abs(m.registered_at - time.time()) < 30
 
     shown = subprocess.run(
         [sys.executable, "-m", "fencekit", "schedules", "--json"],

@@ -160,6 +160,7 @@ def schedule_dict(info: ScheduleInfo) -> dict[str, Any]:
         "last_run": info.last_run,
         "last_jid": info.last_jid,
         "next_run": info.next_run,
+        "registered_at": info.registered_at,
     }
 
 

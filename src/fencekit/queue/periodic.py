@@ -127,10 +127,15 @@ class Schedule:
         ticks.reverse()
         return ticks
 
-    def definition(self) -> bytes:
-        """The JSON a running process registers for ``client.schedules()`` and /admin."""
+    def definition(self, seen_ms: int | None = None) -> bytes:
+        """The JSON a running process registers for ``client.schedules()`` and /admin.
+
+        ``seen_ms``: when it was written (a process that runs the schedule
+        writes it again every minute, so an old one means none runs it now).
+        """
         return orjson.dumps(
             {
+                "seen": seen_ms,
                 "queue": self.queue,
                 "operation": self.operation,
                 "cron": self.cron,

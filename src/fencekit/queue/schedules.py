@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from fencekit._redis.keys import KeySpace
 from fencekit._redis.run import as_text
 from fencekit._redis.steps import Batch, Steps, cmd
@@ -37,6 +39,8 @@ class ScheduleInfo:
     last_run: float | None  # the newest tick enqueued by any host (None: none yet)
     last_jid: str | None  # that run's jid (its record: ``client.job(last_jid)``)
     next_run: float  # the next tick after now (or after the last run, if that is later)
+    registered_at: float | None = None
+    """When a running process last registered it (each does every minute): older means none runs it."""
 
     @property
     def name(self) -> str:
@@ -46,6 +50,12 @@ class ScheduleInfo:
     def expression(self) -> str:
         """``cron`` as written, or ``every N s``."""
         return self.cron if self.cron is not None else f"every {self.every:g} s"
+
+
+def _seen(definition: bytes | str) -> float | None:
+    """The ``seen`` time of a definition, in Unix seconds (None: not written)."""
+    value = orjson.loads(definition).get("seen")
+    return value / 1000 if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def schedules_steps(
@@ -58,16 +68,18 @@ def schedules_steps(
         return []
     hashes = yield Batch([cmd("hgetall", keys.queue(q).schedules) for q in queues])
     found: list[Schedule] = []
+    seen: list[float | None] = []
     for raw in hashes:
         for _, definition in sorted((as_text(k), v) for k, v in raw.items()):
             schedule = Schedule.from_definition(definition)
             if schedule is not None:
                 found.append(schedule)
+                seen.append(_seen(definition))
     if not found:
         return []
     lasts = yield Batch([cmd("get", keys.queue(s.queue).cron_last(s.operation)) for s in found])
     out = []
-    for schedule, raw_last in zip(found, lasts):
+    for schedule, raw_last, seen_at in zip(found, lasts, seen):
         last = int(as_text(raw_last)) if raw_last is not None else None
         out.append(
             ScheduleInfo(
@@ -81,6 +93,7 @@ def schedules_steps(
                 last_run=last / 1000 if last is not None else None,
                 last_jid=schedule.jid(last) if last is not None else None,
                 next_run=schedule.next_after(max(now_ms, last or 0)) / 1000,
+                registered_at=seen_at,
             )
         )
     return out

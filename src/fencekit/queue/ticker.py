@@ -146,13 +146,14 @@ class Ticker:
     async def register(self) -> None:
         """Write the schedules' definitions and read the newest tick of each (raises StoreError)."""
         ops: list[Any] = []
+        written = self._now_ms()
         for schedule in self.schedules:
             qk = self.keys.queue(schedule.queue)
-            ops.append(cmd("hset", qk.schedules, schedule.operation, schedule.definition()))
+            ops.append(cmd("hset", qk.schedules, schedule.operation, schedule.definition(written)))
             ops.append(cmd("get", qk.cron_last(schedule.operation)))
         replies = await arun_batch(self.client, Batch(ops)) if ops else []
         for schedule, newest in zip(self.schedules, replies[1::2]):
             known = int(as_text(newest)) if newest is not None else None
-            seen = self.last.get(schedule.name)
-            self.last[schedule.name] = known if seen is None or (known is not None and known > seen) else seen
+            mine = self.last.get(schedule.name)  # kept when Redis lost the key: no tick again
+            self.last[schedule.name] = known if mine is None or (known is not None and known > mine) else mine
         self._registered_at = time.monotonic()
