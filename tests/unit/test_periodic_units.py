@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import datetime, timedelta, timezone
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -114,13 +115,24 @@ def test_cron_ticks_are_computed_in_the_schedules_time_zone_through_dst() -> Non
     assert datetime.fromtimestamp(summer / 1000, timezone.utc) == datetime(
         2026, 7, 2, 7, 0, tzinfo=timezone.utc
     )
-    # 02:30 does not exist in Paris on 2026-03-29 (clocks jump 02:00 -> 03:00): the next run is not that day
+    # 02:30 does not exist in Paris on 2026-03-29 (02:00 -> 03:00): that day's run is at 03:00
     night = schedule_of("worker Beat", "q", "beat", {"cron": "30 2 * * *", "cron_tz": "Europe/Paris"}, None)
     assert night is not None
-    after = night.next_after(ms(datetime(2026, 3, 28, 12, 0, tzinfo=paris)))
-    local = datetime.fromtimestamp(after / 1000, paris)
-    assert (local.month, local.day) != (3, 28)
-    assert local.hour in (2, 3)
+    spring = night.next_after(ms(datetime(2026, 3, 28, 12, 0, tzinfo=paris)))
+    assert datetime.fromtimestamp(spring / 1000, paris) == datetime(2026, 3, 29, 3, 0, tzinfo=paris)
+    # 02:30 happens twice on 2026-10-25 (03:00 -> 02:00): a fixed hour runs once, at the first
+    autumn = night.next_after(ms(datetime(2026, 10, 24, 12, 0, tzinfo=paris)))
+    assert autumn == ms(datetime(2026, 10, 25, 0, 30, tzinfo=timezone.utc))
+    assert night.next_after(autumn) == ms(datetime(2026, 10, 26, 1, 30, tzinfo=timezone.utc))
+    assert night.latest(ms(datetime(2026, 10, 25, 2, 0, tzinfo=timezone.utc))) == autumn
+    # a wildcard hour keeps both: its ticks are half an hour apart in elapsed time
+    half = schedule_of("worker Beat", "q", "beat", {"cron": "*/30 * * * *", "cron_tz": "Europe/Paris"}, None)
+    assert half is not None
+    start = ms(datetime(2026, 10, 24, 23, 50, tzinfo=timezone.utc))  # 01:50 in Paris, summer time
+    got = [start]
+    for _ in range(5):
+        got.append(half.next_after(got[-1]))
+    assert [b - a for a, b in itertools.pairwise(got[1:])] == [1_800_000] * 4
 
 
 def test_catch_up_off_proposes_only_the_newest_missed_tick() -> None:

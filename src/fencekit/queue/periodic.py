@@ -97,13 +97,24 @@ class Schedule:
         """The first tick strictly after ``ms``."""
         if self.every_ms is not None:
             return (ms // self.every_ms + 1) * self.every_ms
-        return round(float(self._iter(ms).get_next(float)) * 1000)
+        tick = round(float(self._iter(ms).get_next(float)) * 1000)
+        return self.next_after(tick) if self._repeated(tick) else tick
 
     def latest(self, ms: int) -> int:
         """The newest tick at or before ``ms``."""
         if self.every_ms is not None:
             return ms - ms % self.every_ms
-        return round(float(self._iter(ms + 1).get_prev(float)) * 1000)
+        tick = round(float(self._iter(ms + 1).get_prev(float)) * 1000)
+        return self.latest(tick - 1) if self._repeated(tick) else tick
+
+    def _repeated(self, tick_ms: int) -> bool:
+        """True for the second occurrence of a local time the clock went back over (DST ends),
+        when the hour field is fixed: such a job runs once that day, as Vixie cron runs it.
+        (croniter returns both occurrences; a wildcard hour keeps both, they are an hour apart.)"""
+        assert self.cron is not None
+        hour = self.cron.split()[-4]
+        local = datetime.fromtimestamp(tick_ms / 1000, self._zone())
+        return local.fold == 1 and not hour.startswith("*")
 
     def due(self, last_ms: int | None, floor_ms: int, now_ms: int) -> list[int]:
         """The ticks a round at ``now_ms`` proposes, oldest first.
