@@ -87,8 +87,8 @@ class Ticker:
 
     def interval(self) -> float:
         """Seconds until the next tick of any schedule (at most :data:`MAX_SLEEP`)."""
-        if not self.next:
-            return 0.1 if self.schedules else MAX_SLEEP
+        if not self.next:  # no round has succeeded yet
+            return MAX_SLEEP
         wait = (min(self.next.values()) - self._now_ms()) / 1000 + LATE
         return max(0.0, min(MAX_SLEEP, wait))
 
