@@ -48,6 +48,7 @@ from fencekit.queue.handle import DeadLetter, Queue, QueueStats, ScheduledTask
 from fencekit.queue.history import History, HistoryBucket
 from fencekit.queue.job import Job, current_job
 from fencekit.queue.records import JobError, JobInfo, JobStatus, Progress
+from fencekit.queue.schedules import ScheduleInfo
 from fencekit.queue.sync_client import SyncClient
 from fencekit.queue.sync_handle import SyncQueue
 from fencekit.queue.task import Task
@@ -93,6 +94,7 @@ __all__ = [  # noqa: RUF022 - grouped by topic
     "QueueStats",
     "RetryPolicy",
     "ScheduledTask",
+    "ScheduleInfo",
     "Server",
     "SyncClient",
     "SyncQueue",

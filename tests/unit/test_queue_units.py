@@ -636,6 +636,15 @@ def every_call(keys: KeySpace, queue: str) -> dict[str, scripts.Call]:
         ),
         "schedule": scripts.schedule(scheduled=qk.scheduled, pending=qk.pending, wake=qk.wake, limit=10),
         "purge": scripts.purge(pending=qk.pending, stats=qk.stats, record_prefix=qk.job("")),
+        "periodic_enqueue": scripts.periodic_enqueue(
+            last=qk.cron_last("beat"),
+            pending=qk.pending,
+            stats=qk.stats,
+            wake=qk.wake,
+            floor_ms=0,
+            keep_ms=1000,
+            ticks=[(1000, b"{}", qk.job("cron:beat:1000")), (2000, b"{}", qk.job("cron:beat:2000"))],
+        ),
         "history_sample": scripts.history_sample(
             stats=qk.stats,
             pending=qk.pending,

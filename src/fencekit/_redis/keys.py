@@ -39,6 +39,11 @@ Cluster too (invariant I5 of ``docs/design.md``). The schema, with ``P`` the pre
     P:{Q}:history:m            HASH   minute number -> the minute's history (queue/history.py):
                                       counts, depth, durations; the newest 2,880 minutes
     P:{Q}:history:h            HASH   hour number -> the same per hour; the newest 2,160 hours
+    P:{Q}:schedules            HASH   operation -> JSON definition of its schedule (cron or
+                                      every, tz, catch-up, params), written by each process
+                                      that runs it (queue/ticker.py), read by schedules()
+    P:{Q}:cron:<operation>     STRING the newest tick (Unix ms) enqueued for that schedule by
+                                      any host: periodic_enqueue.lua enqueues only newer ticks
     P:fence:{Q}:job:<jid>      STRING highest token of the task's deliveries whose writes
                                       stand (raised past a reaped or returned delivery);
                                       the fence of ``current_job().set_if_fresh``
@@ -140,6 +145,7 @@ class QueueKeys:
     history_last: str
     history_minutes: str
     history_hours: str
+    schedules: str
     _inflight_base: str
     _job_base: str
 
@@ -150,6 +156,10 @@ class QueueKeys:
     def unique(self, key: str) -> str:
         """The dedupe key of ``Task(unique_key=key)``: the jid of the task holding it."""
         return self._job_base[: -len("job:")] + "unique:" + key
+
+    def cron_last(self, operation: str) -> str:
+        """The newest tick enqueued for the schedule of ``operation`` (``P:{Q}:cron:<operation>``)."""
+        return self._job_base[: -len("job:")] + "cron:" + operation
 
     def job(self, jid: str) -> str:
         """The record of task ``jid``: its state, result or error, progress (``P:{Q}:job:<jid>``)."""
@@ -216,6 +226,7 @@ class KeySpace:
                 history_last=base + "history:last",
                 history_minutes=base + "history:m",
                 history_hours=base + "history:h",
+                schedules=base + "schedules",
                 _inflight_base=base + "inflight:",
                 _job_base=base + "job:",
             )

@@ -515,3 +515,25 @@ def upgrade_move(*, kind: str, keys: Sequence[str], delete: bool, dry_run: bool)
     reply ``migrated`` / ``current`` / ``kept`` / ``gone`` / ``foreign``.
     """
     return call("upgrade_move", keys, (kind, 1 if delete else 0, 1 if dry_run else 0))
+
+
+# -- periodic jobs ---------------------------------------------------------------------
+
+
+def periodic_enqueue(
+    *,
+    last: str,
+    pending: str,
+    stats: str,
+    wake: str,
+    floor_ms: int,
+    keep_ms: int,
+    ticks: Sequence[tuple[int, bytes, str]],
+) -> Call:
+    """Enqueue the ticks newer than the newest enqueued, each ``(tick ms, envelope, record key)``,
+    ascending; reply ``{enqueued, newest}`` (``periodic_enqueue.lua``)."""
+    keys = (last, pending, stats, wake, *(record for _, _, record in ticks))
+    args: list[Arg] = [floor_ms, keep_ms]
+    for tick, envelope, _ in ticks:
+        args += (tick, envelope)
+    return call("periodic_enqueue", keys, args)

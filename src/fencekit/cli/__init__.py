@@ -6,7 +6,7 @@
     fencekit pool APP [options]                 the supervised pool (fencekit.pool.cli)
     fencekit upgrade-keys --from 0.6 [options]  carry 0.1-0.6 state (fencekit.upgrade.command)
     fencekit enqueue QUEUE OPERATION --params JSON | --file tasks.jsonl
-    fencekit queues | consumers | job JID | cancel JID
+    fencekit queues | consumers | schedules | job JID | cancel JID
     fencekit purge QUEUE [--yes]
     fencekit dead-letters QUEUE [--revive ID | --revive-all | --purge]
     fencekit failed QUEUE [--retry JID | --retry-all | --show JID]

@@ -1,5 +1,6 @@
-"""``fencekit queues``, ``fencekit consumers``, ``fencekit job JID``: reading, never writing.
+"""``fencekit queues``, ``consumers``, ``schedules``, ``job JID``: reading, never writing.
 
+``schedules`` lists the periodic schedules (``client.schedules()``).
 ``queues`` and ``consumers`` read what the admin page reads, through the
 same :class:`~fencekit.web.source.AdminSource` (three pipelined round trips;
 consumers' beat ages measured on Redis's clock), so the command line and
@@ -17,6 +18,7 @@ from fencekit.cli.base import Context, Exit, Verb
 from fencekit.cli.output import age, when
 from fencekit.queue.handle import QueueStats
 from fencekit.queue.records import JobInfo
+from fencekit.queue.schedules import ScheduleInfo
 from fencekit.web.source import AdminSource
 from fencekit.web.views import ConsumerView, QueueView
 
@@ -141,6 +143,46 @@ async def _consumers(ctx: Context, args: argparse.Namespace) -> int:
     return Exit.OK
 
 
+# schedules ------------------------------------------------------------------------------
+
+
+def schedule_dict(info: ScheduleInfo) -> dict[str, Any]:
+    """One schedule in ``fencekit schedules --json`` (times in Unix seconds)."""
+    return {
+        "name": info.name,
+        "queue": info.queue,
+        "operation": info.operation,
+        "cron": info.cron,
+        "every": info.every,
+        "tz": info.tz,
+        "catch_up": info.catch_up,
+        "params": info.params,
+        "last_run": info.last_run,
+        "last_jid": info.last_jid,
+        "next_run": info.next_run,
+        "registered_at": info.registered_at,
+    }
+
+
+def _last(info: ScheduleInfo) -> str:
+    return when(info.last_run) if info.last_run is not None else "never"
+
+
+async def _schedules(ctx: Context, args: argparse.Namespace) -> int:
+    found = await ctx.client.schedules()
+    if ctx.out.as_json:
+        ctx.out.json({"schedules": [schedule_dict(s) for s in found]})
+        return Exit.OK
+    if not found:
+        ctx.out.line("no periodic schedules registered (a running Server or pool registers its own)")
+        return Exit.OK
+    rows = [
+        (s.name, s.expression, s.tz, "yes" if s.catch_up else "no", _last(s), when(s.next_run)) for s in found
+    ]
+    ctx.out.table(("name", "schedule", "tz", "catch-up", "last run", "next run"), rows)
+    return Exit.OK
+
+
 # job ------------------------------------------------------------------------------------
 
 
@@ -232,6 +274,12 @@ VERBS = (
         _consumers,
         settings=("heartbeat_ttl",),
         epilog="A consumer is alive while its last beat is younger than --heartbeat-ttl.",
+    ),
+    Verb(
+        "schedules",
+        "The periodic schedules the running processes registered: expression, tz, last and next run.",
+        _no_arguments,
+        _schedules,
     ),
     Verb(
         "job",

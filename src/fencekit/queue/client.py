@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -48,6 +49,7 @@ from fencekit.queue.producer import Producer, Send, delay_ms, first_error
 from fencekit.queue.records import JobInfo
 from fencekit.queue.registry import known_queues
 from fencekit.queue.results import Pause, ResultWaiter, Subscribe, cancel_job, read_job, result_steps
+from fencekit.queue.schedules import ScheduleInfo, schedules_steps
 from fencekit.queue.task import Task
 from fencekit.settings import ClientOptions, ClientSettings, resolve, table, with_url
 
@@ -282,6 +284,10 @@ class Client(Producer):
     async def stats(self) -> QueueStats:
         """Counters summed over every queue."""
         return await adrive(self.redis, handle_steps.total_stats(self.keys))
+
+    async def schedules(self) -> list[ScheduleInfo]:
+        """The periodic schedules the running processes registered, with their last and next run."""
+        return await adrive(self.redis, schedules_steps(self.keys, time.time_ns() // 1_000_000))
 
 
 async def _one(link: Link, call: Any) -> Any:

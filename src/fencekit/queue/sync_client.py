@@ -49,6 +49,7 @@ from fencekit.queue.producer import Producer, Send, delay_ms, first_error
 from fencekit.queue.records import JobInfo
 from fencekit.queue.registry import queue_names
 from fencekit.queue.results import SAFETY_REREAD, Pause, Subscribe, cancel_steps, job_steps, result_steps
+from fencekit.queue.schedules import ScheduleInfo, schedules_steps
 from fencekit.queue.sync_handle import SyncQueue
 from fencekit.queue.task import Task
 from fencekit.settings import ClientOptions, ClientSettings, resolve, with_url
@@ -160,6 +161,10 @@ class SyncClient(Producer):
     def stats(self) -> QueueStats:
         """Counters summed over every queue."""
         return drive(self.redis, handle_steps.total_stats(self.keys))
+
+    def schedules(self) -> list[ScheduleInfo]:
+        """The periodic schedules the running processes registered, with their last and next run."""
+        return drive(self.redis, schedules_steps(self.keys, time.time_ns() // 1_000_000))
 
 
 class _Wake:

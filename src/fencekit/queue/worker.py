@@ -16,8 +16,11 @@ an option of the decorator too): ``retry`` (bool, default True),
 default None: no limit; ``Task(timeout=...)`` overrides it per task),
 ``keep_result`` (seconds its tasks' records outlive them, overriding the
 producer's; default None) and ``keep_failed`` (bool, default True: a task
-that fails for good is kept with its traceback). Workers are resolved by
-their ``(queue, operation)`` pair.
+that fails for good is kept with its traceback), and the periodic options
+``cron``/``every``, ``cron_params``, ``cron_tz``, ``cron_catch_up``
+(:mod:`fencekit.queue.periodic`: a schedule whose ticks the ``Server`` or
+the pool's supervisor enqueues, each once across every host). Workers are
+resolved by their ``(queue, operation)`` pair.
 
 The retry rule lives here once, for failures raised by ``perform`` and for
 crashes found by the reaper alike: a task that has failed ``attempt`` times
@@ -36,9 +39,10 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from typing_extensions import TypedDict
 
 from fencekit._redis.keys import validate_queue
-from fencekit.errors import ConfigError
+from fencekit.errors import ConfigError, PayloadError
 from fencekit.queue.binding import Binder
 from fencekit.queue.codec import is_timeout
+from fencekit.queue.periodic import Schedule, schedule_of
 
 if TYPE_CHECKING:
     from fencekit.queue.threads import SyncRunner
@@ -98,6 +102,11 @@ class WorkerOptions(TypedDict, total=False):
     timeout: float | timedelta | None
     keep_result: float | timedelta | None
     keep_failed: bool
+    cron: str | None
+    every: float | timedelta | None
+    cron_params: dict[str, Any] | None
+    cron_tz: str
+    cron_catch_up: bool
 
 
 WORKER_DEFAULTS: dict[str, Any] = {
@@ -106,6 +115,11 @@ WORKER_DEFAULTS: dict[str, Any] = {
     "timeout": None,
     "keep_result": None,
     "keep_failed": True,
+    "cron": None,
+    "every": None,
+    "cron_params": None,
+    "cron_tz": "UTC",
+    "cron_catch_up": False,
 }
 """The default of each of :class:`WorkerOptions` (a test checks the two name the same options)."""
 
@@ -159,6 +173,7 @@ class WorkerSpec:
     keep_failed: bool = True
     plain: bool = True  # sets neither a timeout nor its own record retention (the hot path's test)
     call: Invocation | None = None  # None: ``await perform(params)`` (an async class worker)
+    periodic: Schedule | None = None  # its schedule (``cron``/``every``), run by the Server or supervisor
 
 
 def _name(worker: object) -> str:
@@ -230,6 +245,17 @@ def inspect_worker(worker: object) -> WorkerSpec:
     keep_failed = _option(worker, "keep_failed")
     if type(keep_failed) is not bool:
         raise ConfigError(f"worker {name}: attribute 'keep_failed' must be a bool, got {keep_failed!r}")
+    keep_ms = round(keep * 1000) if keep is not None else None
+    options = {o: _option(worker, o) for o in ("cron", "every", "cron_params", "cron_tz", "cron_catch_up")}
+    periodic = schedule_of(f"worker {name}", queue, worker.operation, options, keep_ms)  # type: ignore[attr-defined]
+    if periodic is not None and binder is not None:
+        try:
+            binder.decode(periodic.params)
+        except PayloadError as exc:
+            raise ConfigError(
+                f"worker {name}: attribute 'cron_params' must bind every required parameter "
+                f"of the function: {exc}"
+            ) from None
     return WorkerSpec(
         queue=queue,
         operation=worker.operation,  # type: ignore[attr-defined]
@@ -238,10 +264,11 @@ def inspect_worker(worker: object) -> WorkerSpec:
         name=name,
         source=worker,
         timeout=float(timeout) if timeout is not None else None,
-        keep_ms=round(keep * 1000) if keep is not None else None,
+        keep_ms=keep_ms,
         keep_failed=keep_failed,
         plain=timeout is None and keep is None,
         call=Invocation(perform, binder, sync) if binder is not None or sync else None,
+        periodic=periodic,
     )
 
 
@@ -268,6 +295,10 @@ class WorkerRegistry:
         for pair, spec in seen.items():
             self._specs[pair] = spec
             self._queues.setdefault(spec.queue, None)
+
+    def schedules(self) -> list[Schedule]:
+        """The schedules of the registered workers (``cron``/``every``), in registration order."""
+        return [spec.periodic for spec in self._specs.values() if spec.periodic is not None]
 
     def get(self, queue: str, operation: str) -> WorkerSpec | None:
         return self._specs.get((queue, operation))

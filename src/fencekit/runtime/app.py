@@ -119,8 +119,12 @@ class App:
         ``queue`` (default ``"default"``), ``name`` (the operation; default the
         function's ``__name__``) and every worker option
         (:class:`~fencekit.queue.worker.WorkerOptions`: ``retry``,
-        ``retry_count``, ``timeout``, ``keep_result``, ``keep_failed``); an
-        unknown or bad one is a ConfigError naming it. An ``async def`` runs
+        ``retry_count``, ``timeout``, ``keep_result``, ``keep_failed``, and
+        the periodic ``cron``/``every``, ``cron_params``, ``cron_tz``,
+        ``cron_catch_up``: ``docs/periodic.md``); an unknown or bad one is a
+        ConfigError naming it. A periodic function's required parameters
+        must be bound by ``cron_params`` (a ConfigError at decoration
+        otherwise): they are the params of each run. An ``async def`` runs
         on the event loop, a plain ``def`` in the consumer's threads.
         """
 

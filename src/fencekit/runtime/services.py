@@ -1,6 +1,7 @@
 """The components that are not the hot path, assembled once for ``Server`` and the supervisor.
 
-Heartbeat, reaper, scheduler, history sampler and web server are built here, from the
+Heartbeat, reaper, scheduler, history sampler, the periodic jobs' ticker (when a
+worker declares ``cron``/``every``) and web server are built here, from the
 settings and from a :class:`Placement` -- what the process that hosts them
 knows: which consumers it beats for and knows alive, the job durations it
 can see, its pool children (none for a ``Server``). Both placements start and
@@ -39,6 +40,7 @@ from fencekit.queue.reaper import Reaper
 from fencekit.queue.registry import ConsumerRecord, register_queues
 from fencekit.queue.scheduler import Scheduler
 from fencekit.queue.settle import Retention
+from fencekit.queue.ticker import Ticker
 from fencekit.queue.worker import WorkerRegistry
 
 if TYPE_CHECKING:
@@ -135,6 +137,15 @@ class Services:
             self.scheduler.loop(),
             self.history.loop(),
         ]
+        # A burst run drains what is there: it starts no new periodic runs (docs/periodic.md).
+        schedules = [] if settings.get("burst") else registry.schedules()
+        self.ticker = (
+            Ticker(self.redis, keys, schedules, logger, max_payload=settings["max_payload"])
+            if schedules
+            else None
+        )
+        if self.ticker is not None:
+            self.loops.append(self.ticker.loop())
         self.web: WebServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
 

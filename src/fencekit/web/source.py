@@ -10,7 +10,8 @@ redis-py client, in three pipelined round trips, so ``/admin`` and
    that wrote them, so host clock skew does not make consumers look dead);
 2. per queue: counters, pending, scheduled and dead-letter counts, and per
    consumer the size of its in-flight hash for each queue it polls;
-3. the newest dead letters of the queues that have any.
+3. the newest dead letters of the queues that have any, and the periodic
+   schedules registered in the known queues (``queue.schedules``).
 
 Consumers are read as :class:`~fencekit.queue.registry.ConsumerRecord` values,
 the record their heartbeats write (one parser for the reaper and the pages).
@@ -41,6 +42,7 @@ from redis.exceptions import RedisError
 from fencekit._redis.clients import aclose_client, async_client
 from fencekit._redis.keys import DEFAULT_PREFIX, KeySpace, validate_queue
 from fencekit._redis.run import as_text, translated
+from fencekit._redis.steps import adrive
 from fencekit._redis.url import RedisTarget, parse_url
 from fencekit.errors import PayloadError, StoreError
 from fencekit.queue import codec
@@ -50,6 +52,7 @@ from fencekit.queue.history import History, HistoryBucket, read_histories
 from fencekit.queue.records import JobInfo
 from fencekit.queue.registry import ConsumerRecord, known_queues
 from fencekit.queue.results import cancel_job, read_job
+from fencekit.queue.schedules import schedules_steps
 from fencekit.queue.settle import delivery_token
 from fencekit.settings import ClientSettings, defaults
 from fencekit.web.views import (
@@ -263,7 +266,9 @@ class AdminSource:
         busy = [(cid, q) for (cid, q), n in zip(slots, replies[at:]) if int(n)]
         running = await self._running(busy, now_ms)
         scheduled = await self._soonest([v.name for v in views if v.scheduled])
+        schedules = await adrive(self.redis, schedules_steps(keys, now_ms, every))
         return Snapshot(
+            schedules=tuple(schedules),
             failed=failed,
             running=running,
             scheduled=scheduled,

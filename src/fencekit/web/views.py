@@ -15,6 +15,7 @@ from fencekit.queue.handle import DeadLetter, QueueStats, ScheduledTask
 from fencekit.queue.histogram import DurationHistogram
 from fencekit.queue.records import JobInfo
 from fencekit.queue.registry import ConsumerRecord
+from fencekit.queue.schedules import ScheduleInfo
 
 __all__ = ["ChildView", "ConsumerView", "QueueView", "RunningView", "Snapshot", "consumer_view"]
 
@@ -92,6 +93,8 @@ class Snapshot:
     """Tasks in the consumers' in-flight hashes, longest-running first."""
     scheduled: tuple[ScheduledTask, ...] = ()
     """The scheduled tasks due soonest, over the queues shown."""
+    schedules: tuple[ScheduleInfo, ...] = ()
+    """The periodic schedules registered in the known queues, with their last and next run."""
 
 
 @dataclass(frozen=True, slots=True)

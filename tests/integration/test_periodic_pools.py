@@ -1,0 +1,151 @@
+"""Periodic jobs on real processes: three pools on one Redis, each tick enqueued and run once.
+
+Three ``python -m fencekit.pool tests.periodic_app:app --procs 1`` processes
+(each its own supervisor, so three schedule loops) share a private Redis and
+two one-second schedules in queue ``cron``: ``tick`` (catch-up off) and
+``tick_all`` (catch-up on). The window is ten ticks, ``[t0, t0 + 10 s)``,
+``t0`` a whole second after all three pools are ready. Runs are counted
+outside Redis (each run appends its jid to a file) and enqueues inside it
+(the ``enqueued`` counter of the queue, and each run's record).
+
+What is asserted:
+
+- **no tick twice, ever**: every jid in the run files appears once, and the
+  queue's ``enqueued`` counter equals the number of distinct ticks run (a
+  tick enqueued twice would count twice);
+- **undisturbed, and with one pool's whole process group SIGSTOPped for 4 s
+  mid-window**: exactly ten runs of each schedule in the window, one per tick;
+- **Redis restarted (AOF) mid-window**: ``tick_all`` (catch-up on) still runs
+  exactly ten, none skipped; ``tick`` (catch-up off) runs every tick outside
+  the outage once (the outage: from 1 s before the stop to 2 s after Redis
+  answers again, the loops' back-off included) and may skip ticks inside it.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fencekit.testing import RedisServer, wait_until
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+
+class PeriodicPool:
+    """One ``python -m fencekit.pool`` in its own session (SIGSTOP reaches all of it)."""
+
+    def __init__(self, directory: Path, url: str, name: str) -> None:
+        self.log = directory / f"pool-{name}.log"
+        self._out = self.log.open("wb")
+        env = {
+            **os.environ,
+            "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+            "TEST_RUNS_DIR": str(directory / "runs"),
+        }
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "fencekit.pool", "tests.periodic_app:app", "--procs", "1",
+             "--redis-url", url, "--web-port", "-1"],
+            cwd=REPO, env=env, stdout=self._out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_ready(self) -> None:
+        wait_until(lambda: "pool ready" in self.output() or self.proc.poll() is not None, 30, what="ready")
+        assert self.proc.poll() is None, self.output()[-3000:]
+
+    def signal_group(self, sig: int) -> None:
+        os.killpg(self.proc.pid, sig)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGCONT)
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self._out.close()
+
+
+@pytest.fixture
+def aof_redis(tmp_path: Path, server_binary: str) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path / "redis", binary=server_binary, appendonly=True)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.cleanup()
+
+
+def runs_of(runs_dir: Path) -> collections.Counter[str]:
+    counts: collections.Counter[str] = collections.Counter()
+    for path in runs_dir.glob("runs-*.log"):
+        counts.update(line for line in path.read_text().splitlines() if line)
+    return counts
+
+
+def ticks(counts: collections.Counter[str], operation: str) -> dict[int, int]:
+    """Tick (ms) -> runs, for the runs of ``operation`` (jid ``cron:<operation>:<tick ms>``)."""
+    prefix = f"cron:{operation}:"
+    return {int(jid[len(prefix) :]): n for jid, n in counts.items() if jid.startswith(prefix)}
+
+
+@pytest.mark.parametrize("disturbance", ["none", "sigstop", "redis-restart"])
+def test_three_pools_run_each_tick_of_a_one_second_schedule_once(
+    tmp_path: Path, aof_redis: RedisServer, disturbance: str
+) -> None:
+    (tmp_path / "runs").mkdir()
+    pools = [PeriodicPool(tmp_path, aof_redis.url(), name) for name in "ABC"]
+    outage: tuple[int, int] | None = None
+    try:
+        for pool in pools:
+            pool.wait_ready()
+        t0 = (int(time.time()) + 2) * 1000
+        window = range(t0, t0 + 10_000, 1000)
+
+        def at(ms: int) -> None:
+            time.sleep(max(0.0, ms / 1000 - time.time()))
+
+        if disturbance == "sigstop":
+            at(t0 + 3000)
+            pools[1].signal_group(signal.SIGSTOP)
+            at(t0 + 7000)
+            pools[1].signal_group(signal.SIGCONT)
+        elif disturbance == "redis-restart":
+            at(t0 + 3000)
+            down = int(time.time() * 1000)
+            aof_redis.restart()
+            outage = (down - 1000, int(time.time() * 1000) + 2000)
+        at(t0 + 10_000 + 1500)  # the last tick's run has had 1.5 s
+        counts = runs_of(tmp_path / "runs")
+        enqueued = int(aof_redis.client().hget("fencekit:{cron}:stats", "enqueued") or 0)
+    finally:
+        for pool in pools:
+            pool.stop()
+        logs = "\n".join(p.output()[-2000:] for p in pools)
+
+    assert all(n == 1 for n in counts.values()), (counts, logs)  # no tick run twice, ever
+    assert enqueued == len(counts), (enqueued, counts)  # no tick enqueued twice, ever
+    every = ticks(counts, "tick_all")
+    assert [t for t in window if t in every] == list(window), (sorted(every), logs)  # catch-up on: all ten
+    latest = ticks(counts, "tick")
+    if outage is None:
+        assert [t for t in window if t in latest] == list(window), (sorted(latest), logs)  # exactly ten
+    else:
+        outside = [t for t in window if not outage[0] <= t <= outage[1]]
+        assert [t for t in outside if t in latest] == outside, (sorted(latest), outage, logs)
+        assert len(outside) >= 6
