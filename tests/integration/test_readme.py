@@ -257,3 +257,31 @@ def test_the_flask_example_is_the_one_the_sync_client_tests_serve():
 def test_the_sync_client_script_runs(redis_url: str, capsys: pytest.CaptureFixture[str]):
     exec(with_url(block_with("with SyncClient("), redis_url.rsplit("/", 1)[0]), {"__name__": "readme_sync"})
     assert capsys.readouterr().out.splitlines()[-1] == "scheduled True"
+
+
+async def test_the_periodic_example_registers_both_schedules(redis_url: str):
+    """The README's schedules validate, and a Server serving them lists both with their next runs."""
+    from fencekit import Client, Server
+
+    namespace: dict[str, Any] = {"__name__": "readme_periodic"}
+    exec(block_with('cron="0 9 * * MON-FRI"'), namespace)
+    app = namespace["app"]
+    server = Server(redis_url=redis_url, web_port=None)
+    server.add_workers(*app.workers)
+    async with Client(redis_url) as client, running(server):
+        await eventually_async(lambda: client.schedules(), lambda found: len(found) == 2)
+        found = {s.operation: s for s in await client.schedules()}
+    assert found["morning_report"].cron == "0 9 * * MON-FRI"
+    assert found["morning_report"].tz == "Europe/Paris"
+    assert found["refresh"].every == 30
+    assert found["refresh"].params == {"region": "eu"}
+    assert all(s.next_run > time.time() - 1 for s in found.values())
+
+
+async def eventually_async(read: Any, done: Any, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        if done(await read()):
+            return
+        assert time.monotonic() < deadline, "the schedules were never listed"
+        await asyncio.sleep(0.05)
