@@ -12,7 +12,14 @@ Cluster too (invariant I5 of ``docs/design.md``). The schema, with ``P`` the pre
     P:idem:{K}:result          STRING JSON memo                  IdempotencyGuard
 
     one queue Q (tag = the queue name)
-    P:{Q}:pending              LIST   envelopes; LPUSH in, RPOP out (FIFO)
+    P:{Q}:pending              LIST   envelopes; LPUSH in, RPOP out (FIFO) -- of priority 0
+    P:{Q}:pending:<p>          LIST   the same for tasks of priority p != 0 (-5..5, docs/flow.md)
+    P:{Q}:pending:prio         ZSET   p -> p of each priority list that may be non-empty
+                                      (a marker: claims look past the plain list only when
+                                      it exists; built from the pending key in lua/_prio.lua)
+    P:{Q}:rate:<operation>     HASH   token bucket of a rate-limited worker: t (tokens),
+                                      at (Redis TIME, us, of the last refill); expires once
+                                      it would be full again (lua/_flow.lua)
     P:{Q}:token                STRING last delivery token issued for Q
     P:{Q}:inflight:<consumer>  HASH   token -> envelope, one per consumer incarnation
     P:{Q}:scheduled            ZSET   envelope scored by due time (ms)
@@ -150,6 +157,10 @@ class QueueKeys:
     def unique(self, key: str) -> str:
         """The dedupe key of ``Task(unique_key=key)``: the jid of the task holding it."""
         return self._job_base[: -len("job:")] + "unique:" + key
+
+    def rate_prefix(self) -> str:
+        """``P:{Q}:rate:``: the bucket of operation ``op`` is it + ``op`` (built in the claim script)."""
+        return self._job_base[: -len("job:")] + "rate:"
 
     def job(self, jid: str) -> str:
         """The record of task ``jid``: its state, result or error, progress (``P:{Q}:job:<jid>``)."""

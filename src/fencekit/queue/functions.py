@@ -202,7 +202,10 @@ class TaskCall(Generic[P, R]):
         ``enqueue`` (this object's :attr:`delay` and :attr:`at`).
         """
         f = self.function
-        return Task(f.queue, f.operation, f.fencekit_binder.encode(args, kwargs), **self.task_options)
+        options = self.task_options
+        if f.spec.priority and "priority" not in options:
+            options = {**options, "priority": f.spec.priority}
+        return Task(f.queue, f.operation, f.fencekit_binder.encode(args, kwargs), **options)
 
     async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> str:
         """Enqueue the call; returns its jid. A bad call is a PayloadError naming the parameter."""
@@ -272,7 +275,9 @@ class TaskFunction(Generic[P, R]):
 
         What ``enqueue`` sends; a sync client enqueues it just the same.
         """
-        return Task(self.queue, self.operation, self.fencekit_binder.encode(args, kwargs))
+        return Task(
+            self.queue, self.operation, self.fencekit_binder.encode(args, kwargs), priority=self.spec.priority
+        )
 
     async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> str:
         """Enqueue the call; returns its jid. A bad call is a PayloadError naming the parameter."""
@@ -301,6 +306,7 @@ class TaskFunction(Generic[P, R]):
         timeout: float | timedelta | None = None,
         expires: float | timedelta | datetime | None = None,
         keep_result: float | timedelta | None = None,
+        priority: int | None = None,
     ) -> TaskCall[P, R]:
         """This function with per-call enqueue options (those of ``Task`` and ``Client.enqueue``)."""
         given = {
@@ -310,6 +316,7 @@ class TaskFunction(Generic[P, R]):
             "timeout": timeout,
             "expires": expires,
             "keep_result": keep_result,
+            "priority": priority,
         }
         return TaskCall(
             self, delay=delay, at=at, task_options={k: v for k, v in given.items() if v is not None}

@@ -16,7 +16,12 @@ an option of the decorator too): ``retry`` (bool, default True),
 default None: no limit; ``Task(timeout=...)`` overrides it per task),
 ``keep_result`` (seconds its tasks' records outlive them, overriding the
 producer's; default None) and ``keep_failed`` (bool, default True: a task
-that fails for good is kept with its traceback). Workers are resolved by
+that fails for good is kept with its traceback) and ``priority`` (-5..5,
+default 0: the priority of the tasks a task function's ``build``/``enqueue``
+makes; ``Task(priority=...)`` and ``.options(priority=...)`` set it per task,
+docs/flow.md) and ``rate_limit`` (``"100/s"``, ``"/m"``, ``"/h"``; default
+None: the operation's tasks start at most that often across every process
+on the Redis, enforced when claiming, docs/flow.md). Workers are resolved by
 their ``(queue, operation)`` pair.
 
 The retry rule lives here once, for failures raised by ``perform`` and for
@@ -38,7 +43,8 @@ from typing_extensions import TypedDict
 from fencekit._redis.keys import validate_queue
 from fencekit.errors import ConfigError
 from fencekit.queue.binding import Binder
-from fencekit.queue.codec import is_timeout
+from fencekit.queue.codec import is_priority, is_timeout
+from fencekit.queue.flow import Rate, parse_rate
 
 if TYPE_CHECKING:
     from fencekit.queue.threads import SyncRunner
@@ -98,6 +104,8 @@ class WorkerOptions(TypedDict, total=False):
     timeout: float | timedelta | None
     keep_result: float | timedelta | None
     keep_failed: bool
+    priority: int
+    rate_limit: str | None
 
 
 WORKER_DEFAULTS: dict[str, Any] = {
@@ -106,6 +114,8 @@ WORKER_DEFAULTS: dict[str, Any] = {
     "timeout": None,
     "keep_result": None,
     "keep_failed": True,
+    "priority": 0,
+    "rate_limit": None,
 }
 """The default of each of :class:`WorkerOptions` (a test checks the two name the same options)."""
 
@@ -157,6 +167,8 @@ class WorkerSpec:
     timeout: float | None = None
     keep_ms: int | None = None
     keep_failed: bool = True
+    priority: int = 0  # of the tasks a task function builds
+    rate: Rate | None = None  # rate_limit: enforced by the claim script (queue.flow)
     plain: bool = True  # sets neither a timeout nor its own record retention (the hot path's test)
     call: Invocation | None = None  # None: ``await perform(params)`` (an async class worker)
 
@@ -230,6 +242,16 @@ def inspect_worker(worker: object) -> WorkerSpec:
     keep_failed = _option(worker, "keep_failed")
     if type(keep_failed) is not bool:
         raise ConfigError(f"worker {name}: attribute 'keep_failed' must be a bool, got {keep_failed!r}")
+    priority = _option(worker, "priority")
+    if not is_priority(priority):
+        raise ConfigError(
+            f"worker {name}: attribute 'priority' must be an int from -5 to 5, got {priority!r}"
+        )
+    rate_limit = _option(worker, "rate_limit")
+    try:
+        rate = parse_rate(rate_limit) if rate_limit is not None else None
+    except ValueError as exc:
+        raise ConfigError(f"worker {name}: attribute 'rate_limit' {exc}") from None
     return WorkerSpec(
         queue=queue,
         operation=worker.operation,  # type: ignore[attr-defined]
@@ -240,6 +262,8 @@ def inspect_worker(worker: object) -> WorkerSpec:
         timeout=float(timeout) if timeout is not None else None,
         keep_ms=round(keep * 1000) if keep is not None else None,
         keep_failed=keep_failed,
+        priority=priority,
+        rate=rate,
         plain=timeout is None and keep is None,
         call=Invocation(perform, binder, sync) if binder is not None or sync else None,
     )

@@ -4,14 +4,16 @@
 -- only if that token is still this consumer's current delivery (I3), and only
 -- then does a recorded task's result land in its record.
 --
--- KEYS[1]  pending     P:{Q}:pending
+-- KEYS[1]  pending     P:{Q}:pending  (and its priority lists, _prio.lua)
 -- KEYS[2]  inflight    P:{Q}:inflight:<consumer>  HASH token -> envelope
 -- KEYS[3]  token       P:{Q}:token                last token issued for Q
 -- KEYS[4]  stats       P:{Q}:stats                ("processed", "fenced_out")
 -- KEYS[5]  wake        P:{Q}:wake
 -- KEYS[6]  finished    P:{Q}:finished             (only with recorded acks)
 -- KEYS[7..6+r] records P:{Q}:job:<jid>            one per recorded ack, in order
--- ARGV[1]  how many tasks to claim (0: only acknowledge)
+-- ARGV[1]  how many tasks to claim (0: only acknowledge); for a queue with
+--          rate-limited workers "<n> <spec JSON>" (_flow.lua), which adds the
+--          wait to the reply
 -- ARGV[2]  p: how many plain acks follow
 -- ARGV[3..2+p] tokens of finished deliveries to acknowledge (no record)
 -- then, only with recorded acks:
@@ -21,17 +23,22 @@
 --   then 6 per recorded ack: token, jid, result (JSON), retention ms,
 --   envelope ("" when the record exists already), unique key ("" for none)
 --
--- Reply: { fenced, first, lost, env_1, ..., env_n }
+-- Reply: { fenced, first, lost, env_1, ..., env_n }, or with a spec
+--        { fenced, first, lost, wait, env_1, ..., env_n }
 --   fenced  array of the acknowledged tokens that were refused (reaped or
 --           returned meanwhile: counted as fenced_out, not processed)
 --   first   token of env_1 (env_i holds first + i - 1), 0 when none claimed
 --   lost    1 when tokens were refused and the queue's token counter is gone
 --           too: Redis lost its data since they were claimed (nothing was
 --           fenced, nothing is counted), else 0
+--   wait    ms until a rate-limited operation has a token again (0: not limited);
+--           the claim of this queue should pause that long
 --!include _next_token.lua
 --!include _wake.lua
 --!include _now_ms.lua
 --!include _record.lua
+--!include _prio.lua
+--!include _flow.lua
 local fenced = {}
 local acked = 0
 local plain = tonumber(ARGV[2])
@@ -88,20 +95,41 @@ if #fenced > 0 then
   end
 end
 local reply = { fenced, 0, lost }
+local base = 3
 local want = tonumber(ARGV[1])
+local spec = nil
+if not want then
+  local sep = string.find(ARGV[1], ' ', 1, true)
+  want = tonumber(string.sub(ARGV[1], 1, sep - 1))
+  spec = cjson.decode(string.sub(ARGV[1], sep + 1))
+  reply[4] = 0
+  base = 4
+end
 if want > 0 then
-  local items = redis.call('RPOP', KEYS[1], want)
+  local items = pop_pending(KEYS[1], want)
+  local popped = 0
   if items then
+    popped = #items
+    if spec then
+      local wait
+      items, wait = flow_filter(KEYS[1], items, spec)
+      reply[4] = wait
+      if wait > 0 then
+        popped = 0 -- paused: no wake-up for the rest
+      end
+    end
+  end
+  if items and #items > 0 then
     local first = next_tokens(KEYS[3], #items)
     local fields = {}
     for i, envelope in ipairs(items) do
       fields[2 * i - 1] = string.format('%d', first + i - 1)
       fields[2 * i] = envelope
-      reply[i + 3] = envelope
+      reply[i + base] = envelope
     end
     redis.call('HSET', KEYS[2], unpack(fields))
     reply[2] = first
-    if #items == want and redis.call('LLEN', KEYS[1]) > 0 then
+    if popped == want and (redis.call('LLEN', KEYS[1]) > 0 or redis.call('EXISTS', prio_marker(KEYS[1])) == 1) then
       wake(KEYS[5])
     end
   end
