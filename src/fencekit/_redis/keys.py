@@ -20,6 +20,10 @@ Cluster too (invariant I5 of ``docs/design.md``). The schema, with ``P`` the pre
     P:{Q}:rate:<operation>     HASH   token bucket of a rate-limited worker: t (tokens),
                                       at (Redis TIME, us, of the last refill); expires once
                                       it would be full again (lua/_flow.lua)
+    P:{Q}:slots:<key>          SET    delivery tokens holding a slot of concurrency key <key>
+                                      (max_concurrency of the worker; lua/_slots.lua)
+    P:{Q}:parked:<key>         LIST   tasks of <key> claimed while its slots were full; one
+                                      goes back to the head of pending per slot given back
     P:{Q}:token                STRING last delivery token issued for Q
     P:{Q}:inflight:<consumer>  HASH   token -> envelope, one per consumer incarnation
     P:{Q}:scheduled            ZSET   envelope scored by due time (ms)
@@ -157,6 +161,10 @@ class QueueKeys:
     def unique(self, key: str) -> str:
         """The dedupe key of ``Task(unique_key=key)``: the jid of the task holding it."""
         return self._job_base[: -len("job:")] + "unique:" + key
+
+    def base(self) -> str:
+        """``P:{Q}:``: what the claim script builds slot keys from (``slots:<key>``, ``parked:<key>``)."""
+        return self._job_base[: -len("job:")]
 
     def rate_prefix(self) -> str:
         """``P:{Q}:rate:``: the bucket of operation ``op`` is it + ``op`` (built in the claim script)."""

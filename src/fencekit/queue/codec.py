@@ -9,7 +9,9 @@ and, only when the task sets them, ``"timeout"`` (seconds the run may take),
 ``"expires_at"`` (Unix ms after which it is not started), ``"keep"`` (ms
 its finished record is kept: the task has a record), ``"unique"`` (its
 ``unique_key``) and ``"priority"`` (a non-default priority, placed right after ``"jid"`` so the
-Lua scripts read it with one anchored match: docs/flow.md) and ``"trace"``
+Lua scripts read it with one anchored match: docs/flow.md), ``"ckey"`` (its
+concurrency key, after ``"jid"`` and any ``"priority"``, for the same reason)
+and ``"trace"``
 (the W3C ``traceparent`` of the request that
 enqueued it, when hooks trace: :mod:`fencekit.hooks`), so a task that sets none of them is encoded and decoded
 exactly as before.
@@ -48,6 +50,7 @@ MAX_TRACE = 512  # characters of a carried trace context (a traceparent is 55)
 _MAX_DEPTH = 64
 _MIN_INT, _MAX_INT = -(2**63), 2**64 - 1
 MIN_PRIORITY, MAX_PRIORITY, DEFAULT_PRIORITY = -5, 5, 0
+MAX_CKEY = 200
 
 
 class Envelope(NamedTuple):
@@ -65,6 +68,7 @@ class Envelope(NamedTuple):
     unique: str | None = None
     trace: str | None = None
     priority: int = DEFAULT_PRIORITY
+    ckey: str | None = None
 
     def encode(self) -> bytes:
         return self.next_attempt(self.attempt)
@@ -84,6 +88,7 @@ class Envelope(NamedTuple):
             unique=self.unique,
             trace=self.trace,
             priority=self.priority,
+            ckey=self.ckey,
         )
 
 
@@ -171,10 +176,24 @@ def encode(
     unique: str | None = None,
     trace: str | None = None,
     priority: int = DEFAULT_PRIORITY,
+    ckey: str | None = None,
 ) -> bytes:
     """Encode an envelope (:func:`check_params` ran at enqueue, or at decode)."""
     data: dict[str, Any]
-    if priority == DEFAULT_PRIORITY:
+    if ckey is not None:  # after the jid (and priority): the scripts' anchored match (lua/_prio.lua)
+        head: dict[str, Any] = {"jid": jid}
+        if priority != DEFAULT_PRIORITY:
+            head["priority"] = priority
+        head["ckey"] = ckey
+        data = {
+            **head,
+            "queue": queue,
+            "operation": operation,
+            "params": params,
+            "attempt": attempt,
+            "enqueued_at": enqueued_at,
+        }
+    elif priority == DEFAULT_PRIORITY:
         data = {
             "jid": jid,
             "queue": queue,
@@ -259,6 +278,9 @@ def decode(raw: bytes | str) -> Envelope:
     priority = data.get("priority", DEFAULT_PRIORITY)
     if not is_priority(priority):
         raise PayloadError(f"field 'priority' must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}")
+    ckey = data.get("ckey")
+    if ckey is not None and not is_ckey(ckey):
+        raise PayloadError(f"field 'ckey' must be a concurrency key: {CKEY_RULE}")
     return Envelope(
         jid,
         queue,
@@ -272,6 +294,20 @@ def decode(raw: bytes | str) -> Envelope:
         unique,
         trace,
         priority,
+        ckey,
+    )
+
+
+CKEY_RULE = f"1 to {MAX_CKEY} printable characters without whitespace, quotes or backslashes"
+
+
+def is_ckey(value: object) -> bool:
+    """True for a usable concurrency key (the claim script reads it with a plain Lua pattern)."""
+    return (
+        isinstance(value, str)
+        and 0 < len(value) <= MAX_CKEY
+        and value.isprintable()
+        and not any(c.isspace() or c in '"\\' for c in value)
     )
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
@@ -28,7 +28,7 @@ __all__ = [
     "MAX_WEIGHT",
     "Rate",
     "check_weights",
-    "claim_spec",
+    "concurrency_key",
     "flow_specs",
     "parse_rate",
     "parse_weights",
@@ -121,21 +121,36 @@ def parse_rate(value: object) -> Rate:
     return Rate(per_second, max(1, math.ceil(per_second / 10)))
 
 
-def claim_spec(rate_prefix: str, rates: Iterable[tuple[str, Rate]]) -> str:
-    """The claim script's rate spec of one queue (``lua/_flow.lua``), "" when no worker is limited."""
-    limited = [[operation, rate.per_second, rate.burst] for operation, rate in rates]
-    if not limited:
-        return ""
-    return orjson.dumps({"p": rate_prefix, "r": limited}).decode()
-
-
 def flow_specs(registry: Iterable[WorkerSpec], qkeys: Mapping[str, QueueKeys]) -> dict[str, str]:
-    """The claim spec of each served queue that has a rate-limited worker (the rest: none)."""
+    """The claim spec of each served queue with a rate-limited or concurrency-keyed worker.
+
+    The rest have none: their claims are sent exactly as before.
+    """
+    specs = list(registry)
     out = {}
     for queue, qk in qkeys.items():
-        spec = claim_spec(
-            qk.rate_prefix(), [(w.operation, w.rate) for w in registry if w.queue == queue and w.rate]
-        )
-        if spec:
-            out[queue] = spec
+        mine = [w for w in specs if w.queue == queue]
+        limited = [[w.operation, w.rate.per_second, w.rate.burst] for w in mine if w.rate]
+        keyed = {w.operation: w.max_concurrency for w in mine if w.max_concurrency}
+        if not limited and not keyed:
+            continue
+        spec: dict[str, object] = {}
+        if limited:
+            spec["p"], spec["r"] = qk.rate_prefix(), limited
+        if keyed:
+            spec["cp"], spec["c"] = qk.base(), keyed
+        out[queue] = orjson.dumps(spec).decode()
     return out
+
+
+def concurrency_key(spec: WorkerSpec, params: dict[str, Any]) -> str | None:
+    """The concurrency key a producer puts in a task of ``spec`` (None: the worker has none).
+
+    The worker's ``concurrency_key`` function, applied to the params; its
+    result as a string (an int tenant id is fine). A key that is not a valid
+    key (empty, spaces, quotes) is a PayloadError at enqueue.
+    """
+    if spec.key_of is None:
+        return None
+    key = spec.key_of(params)
+    return key if isinstance(key, str) else str(key)

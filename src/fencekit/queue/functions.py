@@ -47,6 +47,7 @@ from typing_extensions import ParamSpec
 
 from fencekit.errors import ConfigError
 from fencekit.queue.binding import Binder
+from fencekit.queue.flow import concurrency_key
 from fencekit.queue.task import Task
 from fencekit.queue.worker import WORKER_DEFAULTS, WorkerSpec, inspect_worker
 
@@ -205,7 +206,10 @@ class TaskCall(Generic[P, R]):
         options = self.task_options
         if f.spec.priority and "priority" not in options:
             options = {**options, "priority": f.spec.priority}
-        return Task(f.queue, f.operation, f.fencekit_binder.encode(args, kwargs), **options)
+        params = f.fencekit_binder.encode(args, kwargs)
+        if f.spec.key_of is not None and "concurrency_key" not in options:
+            options = {**options, "concurrency_key": concurrency_key(f.spec, params)}
+        return Task(f.queue, f.operation, params, **options)
 
     async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> str:
         """Enqueue the call; returns its jid. A bad call is a PayloadError naming the parameter."""
@@ -275,8 +279,13 @@ class TaskFunction(Generic[P, R]):
 
         What ``enqueue`` sends; a sync client enqueues it just the same.
         """
+        params = self.fencekit_binder.encode(args, kwargs)
         return Task(
-            self.queue, self.operation, self.fencekit_binder.encode(args, kwargs), priority=self.spec.priority
+            self.queue,
+            self.operation,
+            params,
+            priority=self.spec.priority,
+            concurrency_key=concurrency_key(self.spec, params),
         )
 
     async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> str:
@@ -307,6 +316,7 @@ class TaskFunction(Generic[P, R]):
         expires: float | timedelta | datetime | None = None,
         keep_result: float | timedelta | None = None,
         priority: int | None = None,
+        concurrency_key: str | None = None,
     ) -> TaskCall[P, R]:
         """This function with per-call enqueue options (those of ``Task`` and ``Client.enqueue``)."""
         given = {
@@ -317,6 +327,7 @@ class TaskFunction(Generic[P, R]):
             "expires": expires,
             "keep_result": keep_result,
             "priority": priority,
+            "concurrency_key": concurrency_key,
         }
         return TaskCall(
             self, delay=delay, at=at, task_options={k: v for k, v in given.items() if v is not None}

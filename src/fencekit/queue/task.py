@@ -29,7 +29,9 @@ class Task:
     returns that task's jid instead of a new one; ``unique_for`` (seconds)
     bounds how long the key dedupes at most. ``priority`` (an int from -5 to 5,
     default 0) orders claiming within the queue: higher first, FIFO within one
-    priority (docs/flow.md).
+    priority (docs/flow.md). ``concurrency_key`` counts the task against that
+    key's ``max_concurrency`` of its worker (a task function's ``build`` sets
+    it from the worker's ``concurrency_key`` function).
     """
 
     queue: str
@@ -43,6 +45,7 @@ class Task:
     unique_key: str | None = None
     unique_for: float | timedelta | None = None
     priority: int = codec.DEFAULT_PRIORITY
+    concurrency_key: str | None = None
 
     def envelope(
         self,
@@ -74,6 +77,8 @@ class Task:
                 f"priority must be an int from {codec.MIN_PRIORITY} to {codec.MAX_PRIORITY}, "
                 f"got {self.priority!r}"
             )
+        if self.concurrency_key is not None and not codec.is_ckey(self.concurrency_key):
+            raise PayloadError(f"concurrency_key must be {codec.CKEY_RULE}, got {self.concurrency_key!r}")
         if self.unique_key is not None:
             _check_unique(self.unique_key)
             self.unique_ms()
@@ -91,6 +96,7 @@ class Task:
             unique=self.unique_key,
             trace=trace,
             priority=self.priority,
+            ckey=self.concurrency_key,
         )
         if len(raw) > max_payload:
             raise PayloadError(
@@ -135,6 +141,7 @@ class Task:
             envelope.keep / 1000 if envelope.keep is not None else 0,
             envelope.unique,
             priority=envelope.priority,
+            concurrency_key=envelope.ckey,
         )
 
 

@@ -21,7 +21,11 @@ default 0: the priority of the tasks a task function's ``build``/``enqueue``
 makes; ``Task(priority=...)`` and ``.options(priority=...)`` set it per task,
 docs/flow.md) and ``rate_limit`` (``"100/s"``, ``"/m"``, ``"/h"``; default
 None: the operation's tasks start at most that often across every process
-on the Redis, enforced when claiming, docs/flow.md). Workers are resolved by
+on the Redis, enforced when claiming, docs/flow.md), ``max_concurrency``
+(an int >= 1, default None) with ``concurrency_key`` (a function of the
+params returning the key, e.g. ``lambda p: p["tenant"]``; a task function's
+``build``/``enqueue`` applies it): at most that many tasks of one key run at
+once across every process (docs/flow.md). Workers are resolved by
 their ``(queue, operation)`` pair.
 
 The retry rule lives here once, for failures raised by ``perform`` and for
@@ -106,6 +110,8 @@ class WorkerOptions(TypedDict, total=False):
     keep_failed: bool
     priority: int
     rate_limit: str | None
+    concurrency_key: Callable[[dict[str, Any]], object] | None
+    max_concurrency: int | None
 
 
 WORKER_DEFAULTS: dict[str, Any] = {
@@ -116,6 +122,8 @@ WORKER_DEFAULTS: dict[str, Any] = {
     "keep_failed": True,
     "priority": 0,
     "rate_limit": None,
+    "concurrency_key": None,
+    "max_concurrency": None,
 }
 """The default of each of :class:`WorkerOptions` (a test checks the two name the same options)."""
 
@@ -169,6 +177,8 @@ class WorkerSpec:
     keep_failed: bool = True
     priority: int = 0  # of the tasks a task function builds
     rate: Rate | None = None  # rate_limit: enforced by the claim script (queue.flow)
+    key_of: Callable[[dict[str, Any]], object] | None = None  # concurrency_key: applied by producers
+    max_concurrency: int | None = None  # per concurrency key: slots taken by the claim script
     plain: bool = True  # sets neither a timeout nor its own record retention (the hot path's test)
     call: Invocation | None = None  # None: ``await perform(params)`` (an async class worker)
 
@@ -252,6 +262,16 @@ def inspect_worker(worker: object) -> WorkerSpec:
         rate = parse_rate(rate_limit) if rate_limit is not None else None
     except ValueError as exc:
         raise ConfigError(f"worker {name}: attribute 'rate_limit' {exc}") from None
+    key_of = _option(worker, "concurrency_key")
+    if key_of is not None and not callable(key_of):
+        raise ConfigError(f"worker {name}: attribute 'concurrency_key' must be a function of the params")
+    max_concurrency = _option(worker, "max_concurrency")
+    if max_concurrency is not None and (type(max_concurrency) is not int or max_concurrency < 1):
+        raise ConfigError(
+            f"worker {name}: attribute 'max_concurrency' must be None or an int >= 1, got {max_concurrency!r}"
+        )
+    if key_of is not None and max_concurrency is None:
+        raise ConfigError(f"worker {name}: attribute 'concurrency_key' needs 'max_concurrency' (an int >= 1)")
     return WorkerSpec(
         queue=queue,
         operation=worker.operation,  # type: ignore[attr-defined]
@@ -264,6 +284,8 @@ def inspect_worker(worker: object) -> WorkerSpec:
         keep_failed=keep_failed,
         priority=priority,
         rate=rate,
+        key_of=key_of,
+        max_concurrency=max_concurrency,
         plain=timeout is None and keep is None,
         call=Invocation(perform, binder, sync) if binder is not None or sync else None,
     )

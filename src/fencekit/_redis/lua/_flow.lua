@@ -7,21 +7,47 @@
 -- that finds none goes back to the head of its list with every task claimed
 -- after it (head of line: FIFO is kept, and the claim of this queue pauses),
 -- and the reply says how many ms until the next token.
--- Needs _prio.lua (push_pending).
+-- With spec.c = { op = max } (and spec.cp = "P:{Q}:", _slots.lua) a task of
+-- such an operation carrying a concurrency key takes a slot of its key, or is
+-- parked when the key is full (and does not block the tasks behind it); the
+-- third result maps the index of each kept task that took a slot to its
+-- slots key, for the caller to add the delivery's token.
+-- Needs _prio.lua (push_pending) and _slots.lua (ckey_of).
 local function flow_filter(pending, items, spec)
   local time = redis.call('TIME')
   local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
   local rates = {}
-  for _, r in ipairs(spec.r) do
+  for _, r in ipairs(spec.r or {}) do
     rates[r[1]] = r
   end
+  local maxes = spec.c or {}
+  local held = {}
+  local slotted = {}
   local buckets = {}
   local kept = {}
   local wait = 0
   for i, envelope in ipairs(items) do
     local op = string.match(envelope, '"operation":"([^"\\]*)"')
     local r = op and rates[op]
-    if r then
+    local max = op and maxes[op]
+    local slots = nil
+    if max then
+      local key = ckey_of(envelope)
+      if key then
+        slots = spec.cp .. 'slots:' .. key
+        if not held[slots] then
+          held[slots] = redis.call('SCARD', slots)
+        end
+        if held[slots] >= max then
+          redis.call('LPUSH', spec.cp .. 'parked:' .. key, envelope)
+          r = nil
+          envelope = nil
+        end
+      end
+    end
+    if not envelope then
+      -- parked: it waits for a slot of its key; the tasks behind it go on
+    elseif r then
       local b = buckets[op]
       if not b then
         local key = spec.p .. op
@@ -39,6 +65,10 @@ local function flow_filter(pending, items, spec)
       if b.t >= 1 then
         b.t = b.t - 1
         kept[#kept + 1] = envelope
+        if slots then
+          held[slots] = held[slots] + 1
+          slotted[#kept] = slots
+        end
       else
         wait = math.max(1, math.ceil((1 - b.t) * 1000 / b.rate))
         for j = #items, i, -1 do
@@ -48,6 +78,10 @@ local function flow_filter(pending, items, spec)
       end
     else
       kept[#kept + 1] = envelope
+      if slots then
+        held[slots] = held[slots] + 1
+        slotted[#kept] = slots
+      end
     end
   end
   for _, b in pairs(buckets) do
@@ -55,5 +89,5 @@ local function flow_filter(pending, items, spec)
     -- a bucket left alone refills to full: once it would have, the key is not needed
     redis.call('PEXPIRE', b.key, math.ceil(b.burst * 1000 / b.rate) + 1000)
   end
-  return kept, wait
+  return kept, wait, slotted
 end

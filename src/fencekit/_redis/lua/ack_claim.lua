@@ -12,8 +12,9 @@
 -- KEYS[6]  finished    P:{Q}:finished             (only with recorded acks)
 -- KEYS[7..6+r] records P:{Q}:job:<jid>            one per recorded ack, in order
 -- ARGV[1]  how many tasks to claim (0: only acknowledge); for a queue with
---          rate-limited workers "<n> <spec JSON>" (_flow.lua), which adds the
---          wait to the reply
+--          rate-limited or concurrency-keyed workers "<n> <spec JSON>"
+--          (_flow.lua, _slots.lua), which adds the wait to the reply; with
+--          concurrency keys an ack also gives its delivery's slot back
 -- ARGV[2]  p: how many plain acks follow
 -- ARGV[3..2+p] tokens of finished deliveries to acknowledge (no record)
 -- then, only with recorded acks:
@@ -38,15 +39,47 @@
 --!include _now_ms.lua
 --!include _record.lua
 --!include _prio.lua
+--!include _slots.lua
 --!include _flow.lua
+local want = tonumber(ARGV[1])
+local spec = nil
+if not want then
+  local sep = string.find(ARGV[1], ' ', 1, true)
+  want = tonumber(string.sub(ARGV[1], 1, sep - 1))
+  spec = cjson.decode(string.sub(ARGV[1], sep + 1))
+end
+-- with concurrency keys, an ack reads the envelope first to give its slot back
+local slotted = spec and spec.c and queue_base(KEYS[1])
+local function settled(token)
+  if slotted then
+    local envelope = redis.call('HGET', KEYS[2], token)
+    if not envelope then
+      return false
+    end
+    redis.call('HDEL', KEYS[2], token)
+    release_slot(slotted, envelope, token)
+    return true
+  end
+  return redis.call('HDEL', KEYS[2], token) == 1
+end
 local fenced = {}
 local acked = 0
 local plain = tonumber(ARGV[2])
-for i = 3, 2 + plain do
-  if redis.call('HDEL', KEYS[2], ARGV[i]) == 1 then
-    acked = acked + 1
-  else
-    fenced[#fenced + 1] = ARGV[i]
+if slotted then
+  for i = 3, 2 + plain do
+    if settled(ARGV[i]) then
+      acked = acked + 1
+    else
+      fenced[#fenced + 1] = ARGV[i]
+    end
+  end
+else -- the default path, as before
+  for i = 3, 2 + plain do
+    if redis.call('HDEL', KEYS[2], ARGV[i]) == 1 then
+      acked = acked + 1
+    else
+      fenced[#fenced + 1] = ARGV[i]
+    end
   end
 end
 if #KEYS > 6 then
@@ -58,7 +91,7 @@ if #KEYS > 6 then
   for r = 1, #KEYS - 6 do
     local at = 4 + plain + (r - 1) * 6
     local token = ARGV[at + 1]
-    if redis.call('HDEL', KEYS[2], token) == 1 then
+    if settled(token) then
       acked = acked + 1
       local record = KEYS[6 + r]
       if ARGV[at + 5] == '' then
@@ -96,23 +129,19 @@ if #fenced > 0 then
 end
 local reply = { fenced, 0, lost }
 local base = 3
-local want = tonumber(ARGV[1])
-local spec = nil
-if not want then
-  local sep = string.find(ARGV[1], ' ', 1, true)
-  want = tonumber(string.sub(ARGV[1], 1, sep - 1))
-  spec = cjson.decode(string.sub(ARGV[1], sep + 1))
+if spec then
   reply[4] = 0
   base = 4
 end
 if want > 0 then
   local items = pop_pending(KEYS[1], want)
   local popped = 0
+  local slots = {}
   if items then
     popped = #items
     if spec then
       local wait
-      items, wait = flow_filter(KEYS[1], items, spec)
+      items, wait, slots = flow_filter(KEYS[1], items, spec)
       reply[4] = wait
       if wait > 0 then
         popped = 0 -- paused: no wake-up for the rest
@@ -128,6 +157,9 @@ if want > 0 then
       reply[i + base] = envelope
     end
     redis.call('HSET', KEYS[2], unpack(fields))
+    for i, key in pairs(slots) do
+      redis.call('SADD', key, string.format('%d', first + i - 1))
+    end
     reply[2] = first
     if popped == want and (redis.call('LLEN', KEYS[1]) > 0 or redis.call('EXISTS', prio_marker(KEYS[1])) == 1) then
       wake(KEYS[5])

@@ -23,6 +23,8 @@
 --!include _now_ms.lua
 --!include _record.lua
 --!include _prio.lua
+--!include _wake.lua
+--!include _slots.lua
 local jid = ARGV[1]
 local state = redis.call('HGET', KEYS[1], 'state')
 if state and state ~= 'pending' and state ~= 'scheduled' then
@@ -54,6 +56,7 @@ for i = 6, #KEYS do
   for j = 1, #entries, 2 do
     if mine(entries[j + 1]) then
       redis.call('HDEL', KEYS[i], entries[j])
+      release_slot(queue_base(KEYS[2]), entries[j + 1], entries[j])
       redis.call('SPUBLISH', ARGV[2], jid .. ' ' .. entries[j])
       return cancelled('running', entries[j])
     end
@@ -66,6 +69,10 @@ if envelope then
     return cancelled('scheduled')
   end
   if redis.call('LREM', prio_list(KEYS[2], prio_of(envelope)), 1, envelope) == 1 then
+    return cancelled('pending')
+  end
+  local key = ckey_of(envelope)
+  if key and redis.call('LREM', queue_base(KEYS[2]) .. 'parked:' .. key, 1, envelope) == 1 then
     return cancelled('pending')
   end
   return { 0, '' }

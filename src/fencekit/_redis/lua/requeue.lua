@@ -20,9 +20,11 @@
 --!include _wake.lua
 --!include _fence_past.lua
 --!include _prio.lua
+--!include _slots.lua
 if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then
   return redis.error_reply('FENCED delivery ' .. ARGV[1] .. ' is no longer in flight')
 end
+release_slot(queue_base(KEYS[1]), ARGV[2], ARGV[1])
 push_pending(KEYS[2], ARGV[2], true)
 wake(KEYS[4])
 if ARGV[3] ~= '' then
