@@ -172,3 +172,31 @@ def test_queue_weights_setting_reads_text_and_refuses_bad_values() -> None:
             setting.from_text(bad, "flag")
     with pytest.raises(ConfigError, match="queue_weights"):
         setting.checked({"emails": 1.5}, "argument")
+
+
+def test_cli_enqueue_reads_priority() -> None:
+    from fencekit.cli.enqueue import task_of
+
+    task, _ = task_of({"queue": "q", "operation": "op", "priority": 3}, max_payload=1 << 20, keep_result=0)
+    assert task.priority == 3
+    with pytest.raises(PayloadError, match="priority"):
+        task_of({"queue": "q", "operation": "op", "priority": 9}, max_payload=1 << 20, keep_result=0)
+
+
+def test_task_functions_carry_their_priority() -> None:
+    from fencekit import App
+    from fencekit.errors import ConfigError
+
+    app = App()
+
+    @app.task(queue="q", priority=2)
+    async def urgent(n: int) -> None:
+        return None
+
+    assert urgent.build(1).priority == 2
+    assert urgent.options(priority=-1).build(1).priority == -1
+    with pytest.raises(ConfigError, match="priority"):
+
+        @app.task(queue="q", priority=7)
+        async def bad(n: int) -> None:
+            return None

@@ -3,8 +3,11 @@
 One loop owns all of the consumer's Redis traffic. Each turn sends one
 pipeline: the outcomes gathered since the last turn (acks grouped per queue,
 retries, failures) and a claim of as many tasks as there are free slots, from
-the next queue in round-robin order (``ack_claim.lua`` does the acks and the
-claim of one queue in one script). Finished tasks only record their outcome
+the next queue in round-robin order, or weighted by ``queue_weights``
+(``ack_claim.lua`` does the acks and the claim of one queue in one script;
+priorities, rate limits and concurrency keys are decided there, and a queue
+whose rate limit has no token is not claimed from until it has:
+:mod:`fencekit.queue.flow`, docs/flow.md). Finished tasks only record their outcome
 and wake the loop, so acks batch by themselves under load.
 
 An idle consumer blocks in ``BLPOP`` on the queues' wake keys over a second
@@ -104,10 +107,11 @@ class Consumer:
         self._lease_ok = lease_ok or (lambda: True)
         self._on_turn = on_turn
         self._qkeys = {q: keys.queue(q) for q in self.queues}
-        # rate limits (queue.flow): the claim spec of each queue with a limited worker, and the
-        # queues whose claims pause until a token (loop time) -- none: the plain path, unchanged
+        # flow control (queue.flow): the claim spec of each queue with a rate-limited or keyed
+        # worker, and the queues whose claims pause until a token (-> the wait in ms); a queue
+        # without a spec takes the plain path, unchanged
         self._flow = flow_specs(registry, self._qkeys)
-        self._paused: dict[str, float] = {}
+        self._paused: dict[str, int] = {}
         self._inflight = {q: k.inflight(consumer_id) for q, k in self._qkeys.items()}
         self._running: dict[tuple[str, int], asyncio.Task[None]] = {}
         self.outbox = Outbox(self.queues, self._ack_claim_call)
