@@ -232,3 +232,31 @@ def test_max_2_per_tenant_over_two_pools_with_a_killed_child_holding_a_slot(
           f"{max(most_at_once([(float(s), float(e)) for tt, _, s, e in done if tt == t]) for t in tenants)} "
           "per tenant at once; the killed child's slot given back")  # fmt: skip
     assert slots_clear(r, "keyed")
+
+
+async def test_parked_tasks_count_as_pending_and_are_purged(redis_url: str, r: Any) -> None:
+    started = asyncio.Event()
+    release = asyncio.Event()
+    ran: list[int] = []
+
+    async def perform(payload: dict[str, Any]) -> None:
+        ran.append(payload["i"])
+        started.set()
+        await release.wait()
+
+    keyed = worker("parked", "run", perform, max_concurrency=1)
+    async with Client(redis_url=redis_url) as client:
+        await client.enqueue_many([Task("parked", "run", {"i": i}, concurrency_key="k") for i in range(4)])
+        server = new_server(redis_url, keyed, concurrency=4)
+        async with running(server):
+            await asyncio.wait_for(started.wait(), 5)
+            await eventually(lambda: r.llen(qkey("parked", "parked:k")) == 3, what="three parked")
+            queue = client.queue("parked")
+            assert await queue.length() == 3
+            assert [t.params["i"] for t in await queue.pending()] == [1, 2, 3]
+            assert await queue.purge() == 3
+            assert await queue.length() == 0
+            release.set()
+            await eventually(lambda: slots_clear(r, "parked"), what="the slot given back")
+    assert ran == [0]
+    assert r.exists(qkey("parked", "parkedkeys")) == 0

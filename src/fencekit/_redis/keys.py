@@ -24,6 +24,7 @@ Cluster too (invariant I5 of ``docs/design.md``). The schema, with ``P`` the pre
                                       (max_concurrency of the worker; lua/_slots.lua)
     P:{Q}:parked:<key>         LIST   tasks of <key> claimed while its slots were full; one
                                       goes back to the head of pending per slot given back
+    P:{Q}:parkedkeys           SET    the keys with parked tasks (readers count them as pending)
     P:{Q}:token                STRING last delivery token issued for Q
     P:{Q}:inflight:<consumer>  HASH   token -> envelope, one per consumer incarnation
     P:{Q}:scheduled            ZSET   envelope scored by due time (ms)

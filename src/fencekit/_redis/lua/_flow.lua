@@ -40,6 +40,7 @@ local function flow_filter(pending, items, spec)
         end
         if held[slots] >= max then
           redis.call('LPUSH', spec.cp .. 'parked:' .. key, envelope)
+          redis.call('SADD', spec.cp .. 'parkedkeys', key)
           r = nil
           envelope = nil
         end

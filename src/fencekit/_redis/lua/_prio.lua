@@ -54,13 +54,33 @@ local function pending_lists(pending)
   end
   return lists
 end
--- How many tasks wait on all the lists.
+-- The lists of tasks parked by a full concurrency key (_slots.lua): not
+-- claimable until a slot of their key is given back, but waiting all the
+-- same, so every reader counts them (the SET P:{Q}:parkedkeys names them).
+local function parked_lists(pending)
+  local base = string.sub(pending, 1, #pending - #'pending')
+  local lists = {}
+  for _, key in ipairs(redis.call('SMEMBERS', base .. 'parkedkeys')) do
+    lists[#lists + 1] = base .. 'parked:' .. key
+  end
+  return lists
+end
+-- Every list a waiting task may be on, in claim order, the parked ones last.
+local function waiting_lists(pending)
+  local lists = pending_lists(pending)
+  for _, key in ipairs(parked_lists(pending)) do
+    lists[#lists + 1] = key
+  end
+  return lists
+end
+-- How many tasks wait on all the lists (parked ones included).
 local function pending_len(pending)
-  if redis.call('EXISTS', pending .. ':prio') == 0 then
+  local base = string.sub(pending, 1, #pending - #'pending')
+  if redis.call('EXISTS', pending .. ':prio', base .. 'parkedkeys') == 0 then
     return redis.call('LLEN', pending)
   end
   local n = 0
-  for _, key in ipairs(pending_lists(pending)) do
+  for _, key in ipairs(waiting_lists(pending)) do
     n = n + redis.call('LLEN', key)
   end
   return n

@@ -2,7 +2,8 @@
 -- right after its jid (and priority). The claim (ack_claim.lua with a spec,
 -- _flow.lua) adds the delivery's token to the SET P:{Q}:slots:<key> while
 -- fewer than the worker's max_concurrency are in it, else parks the task on
--- the LIST P:{Q}:parked:<key> (LPUSH in, RPOP out). Whatever ends a delivery
+-- the LIST P:{Q}:parked:<key> (LPUSH in, RPOP out; the SET P:{Q}:parkedkeys
+-- names the keys with parked tasks, for readers). Whatever ends a delivery
 -- -- ack, retry, fail, drop, requeue (reaper, stop), cancel -- calls
 -- release_slot: the token leaves the SET and, if it was there, the oldest
 -- parked task of that key goes back to the head of its pending list.
@@ -26,6 +27,9 @@ local function release_slot(base, envelope, token)
     if parked then
       push_pending(base .. 'pending', parked, true)
       wake(base .. 'wake')
+    end
+    if not parked or redis.call('EXISTS', base .. 'parked:' .. key) == 0 then
+      redis.call('SREM', base .. 'parkedkeys', key)
     end
   end
 end

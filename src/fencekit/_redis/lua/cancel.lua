@@ -85,7 +85,7 @@ for _, item in ipairs(later) do
     return cancelled('scheduled')
   end
 end
-for _, list in ipairs(pending_lists(KEYS[2])) do
+for _, list in ipairs(waiting_lists(KEYS[2])) do
   local n = redis.call('LLEN', list)
   for start = 0, n - 1, 10000 do
     local items = redis.call('LRANGE', list, start, start + 9999)

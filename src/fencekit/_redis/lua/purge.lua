@@ -9,7 +9,7 @@
 -- Reply: the number of tasks dropped.
 --!include _prio.lua
 local total = 0
-for _, list in ipairs(pending_lists(KEYS[1])) do
+for _, list in ipairs(waiting_lists(KEYS[1])) do
 local n = redis.call('LLEN', list)
 total = total + n
 if n > 0 then
@@ -30,7 +30,7 @@ if n > 0 then
   redis.call('DEL', list)
 end
 end
-redis.call('DEL', prio_marker(KEYS[1]))
+redis.call('DEL', prio_marker(KEYS[1]), string.sub(KEYS[1], 1, #KEYS[1] - #'pending') .. 'parkedkeys')
 if total > 0 then
   redis.call('HINCRBY', KEYS[2], 'purged', total)
 end
