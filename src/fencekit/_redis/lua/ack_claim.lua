@@ -38,29 +38,33 @@
 --!include _wake.lua
 --!include _now_ms.lua
 --!include _record.lua
+-- The priority and flow helpers are built only when used (a call that needs
+-- neither -- the default path -- creates none of their closures).
+local function flow_helpers()
 --!include _prio.lua
 --!include _slots.lua
 --!include _flow.lua
+  return { pop = pop_pending, filter = flow_filter, base = queue_base, release = release_slot }
+end
+local flow = nil
 local want = tonumber(ARGV[1])
 local spec = nil
 if not want then
   local sep = string.find(ARGV[1], ' ', 1, true)
   want = tonumber(string.sub(ARGV[1], 1, sep - 1))
   spec = cjson.decode(string.sub(ARGV[1], sep + 1))
+  flow = flow_helpers()
 end
 -- with concurrency keys, an ack reads the envelope first to give its slot back
-local slotted = spec and spec.c and queue_base(KEYS[1])
+local slotted = spec and spec.c and flow.base(KEYS[1])
 local function settled(token)
-  if slotted then
-    local envelope = redis.call('HGET', KEYS[2], token)
-    if not envelope then
-      return false
-    end
-    redis.call('HDEL', KEYS[2], token)
-    release_slot(slotted, envelope, token)
-    return true
+  local envelope = redis.call('HGET', KEYS[2], token)
+  if not envelope then
+    return false
   end
-  return redis.call('HDEL', KEYS[2], token) == 1
+  redis.call('HDEL', KEYS[2], token)
+  flow.release(slotted, envelope, token)
+  return true
 end
 local fenced = {}
 local acked = 0
@@ -91,7 +95,7 @@ if #KEYS > 6 then
   for r = 1, #KEYS - 6 do
     local at = 4 + plain + (r - 1) * 6
     local token = ARGV[at + 1]
-    if settled(token) then
+    if (slotted and settled(token)) or (not slotted and redis.call('HDEL', KEYS[2], token) == 1) then
       acked = acked + 1
       local record = KEYS[6 + r]
       if ARGV[at + 5] == '' then
@@ -134,14 +138,20 @@ if spec then
   base = 4
 end
 if want > 0 then
-  local items = pop_pending(KEYS[1], want)
+  local items
+  if redis.call('EXISTS', KEYS[1] .. ':prio') == 0 then -- no priority list in use (lua/_prio.lua)
+    items = redis.call('RPOP', KEYS[1], want)
+  else
+    flow = flow or flow_helpers()
+    items = flow.pop(KEYS[1], want)
+  end
   local popped = 0
-  local slots = {}
+  local slots = nil
   if items then
     popped = #items
     if spec then
       local wait
-      items, wait, slots = flow_filter(KEYS[1], items, spec)
+      items, wait, slots = flow.filter(KEYS[1], items, spec)
       reply[4] = wait
       if wait > 0 then
         popped = 0 -- paused: no wake-up for the rest
@@ -157,11 +167,13 @@ if want > 0 then
       reply[i + base] = envelope
     end
     redis.call('HSET', KEYS[2], unpack(fields))
-    for i, key in pairs(slots) do
-      redis.call('SADD', key, string.format('%d', first + i - 1))
+    if slots then
+      for i, key in pairs(slots) do
+        redis.call('SADD', key, string.format('%d', first + i - 1))
+      end
     end
     reply[2] = first
-    if popped == want and (redis.call('LLEN', KEYS[1]) > 0 or redis.call('EXISTS', prio_marker(KEYS[1])) == 1) then
+    if popped == want and (redis.call('LLEN', KEYS[1]) > 0 or redis.call('EXISTS', KEYS[1] .. ':prio') == 1) then
       wake(KEYS[5])
     end
   end
