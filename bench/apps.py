@@ -220,3 +220,12 @@ class SyncNoop:
 
 
 sync_class = [SyncNoop]
+
+
+class RatedNoop(Noop):
+    """The no-op with a rate limit far above any drain rate: the claim script's bucket, never binding."""
+
+    rate_limit = "1000000/s"
+
+
+rated = [RatedNoop]

@@ -67,15 +67,23 @@ async def fill(
     batch: int = 10_000,
     task_timeout: float | None = None,
     ops: list[str] | None = None,
+    priorities: list[int] | None = None,
 ) -> float:
     """Enqueue ``n`` tasks with ``enqueue_many`` (round-robin over ``queues`` and over
-    ``ops``, else every task is ``op``); returns seconds."""
+    ``ops``, else every task is ``op``; ``priorities`` round-robin too, else 0); returns seconds."""
     queues = queues or [apps.QUEUE]
     ops = ops or [op]
+    prios = priorities or [0]
     started = time.perf_counter()
     for start in range(0, n, batch):
         tasks = [
-            Task(queues[i % len(queues)], ops[i % len(ops)], {"i": i}, timeout=task_timeout)
+            Task(
+                queues[i % len(queues)],
+                ops[i % len(ops)],
+                {"i": i},
+                timeout=task_timeout,
+                priority=prios[i % len(prios)],
+            )
             for i in range(start, min(n, start + batch))
         ]
         await client.enqueue_many(tasks, delay=delay)
@@ -125,6 +133,7 @@ async def drain(
     task_timeout: float | None = None,
     level: str = "WARNING",
     ops: list[str] | None = None,
+    priorities: list[int] | None = None,
 ) -> dict[str, Any]:
     """Pre-enqueue ``n`` tasks, start the pool (or a Server), time until the last ack in Redis.
 
@@ -140,7 +149,7 @@ async def drain(
     if memory:
         store["empty"] = await _redis_memory(r)
     client = quiet_client(url, keep_result)
-    fill_s = await fill(client, n, op, queues, task_timeout=task_timeout, ops=ops)
+    fill_s = await fill(client, n, op, queues, task_timeout=task_timeout, ops=ops, priorities=priorities)
     if memory:
         store["filled"] = await _redis_memory(r)
     if scheduled:

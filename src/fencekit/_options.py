@@ -144,6 +144,10 @@ class Setting:
             if type(value) is not int:
                 raise ValueError(f"be an int, got {value!r}")
             return value
+        if get_origin(base) is dict:  # a table such as queue_weights: its check validates the items
+            if not isinstance(value, dict):
+                raise ValueError(f"be a dict, got {type(value).__name__}")
+            return dict(value)
         if isinstance(value, Path):
             value = str(value)
         if not isinstance(value, str):

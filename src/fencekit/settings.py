@@ -33,6 +33,7 @@ from fencekit._redis.address import default_url
 from fencekit._redis.keys import DEFAULT_PREFIX, validate_prefix
 from fencekit._redis.url import DEFAULT_URL, parse_url
 from fencekit.queue.codec import DEFAULT_MAX_PAYLOAD
+from fencekit.queue.flow import check_weights, parse_weights
 from fencekit.queue.threads import DEFAULT_SYNC_CONCURRENCY
 
 __all__ = [
@@ -183,6 +184,17 @@ class ServerOptions(ClientOptions, total=False):
             "threads one consumer runs sync (plain def) tasks in; more wait for a free thread",
             check=at_least(1),
             metavar="N",
+        ),
+    ]
+    queue_weights: Annotated[
+        dict[str, int] | None,
+        Option(
+            None,
+            "claim shares of queues with work: a queue of weight w is claimed from w times as often, "
+            "e.g. emails=3,reports=1 (others 1; default: round-robin)",
+            check=check_weights,
+            parse=parse_weights,
+            metavar="Q=W,...",
         ),
     ]
     max_claim: Annotated[

@@ -635,6 +635,7 @@ def every_call(keys: KeySpace, queue: str) -> dict[str, scripts.Call]:
             ]
         ),
         "schedule": scripts.schedule(scheduled=qk.scheduled, pending=qk.pending, wake=qk.wake, limit=10),
+        "pending_read": scripts.pending_read(pending=qk.pending, envelopes=True),
         "purge": scripts.purge(pending=qk.pending, stats=qk.stats, record_prefix=qk.job("")),
         "periodic_enqueue": scripts.periodic_enqueue(
             last=qk.cron_last("beat"),

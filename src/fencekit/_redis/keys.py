@@ -12,7 +12,19 @@ Cluster too (invariant I5 of ``docs/design.md``). The schema, with ``P`` the pre
     P:idem:{K}:result          STRING JSON memo                  IdempotencyGuard
 
     one queue Q (tag = the queue name)
-    P:{Q}:pending              LIST   envelopes; LPUSH in, RPOP out (FIFO)
+    P:{Q}:pending              LIST   envelopes; LPUSH in, RPOP out (FIFO) -- of priority 0
+    P:{Q}:pending:<p>          LIST   the same for tasks of priority p != 0 (-5..5, docs/flow.md)
+    P:{Q}:pending:prio         ZSET   p -> p of each priority list that may be non-empty
+                                      (a marker: claims look past the plain list only when
+                                      it exists; built from the pending key in lua/_prio.lua)
+    P:{Q}:rate:<operation>     HASH   token bucket of a rate-limited worker: t (tokens),
+                                      at (Redis TIME, us, of the last refill); expires once
+                                      it would be full again (lua/_flow.lua)
+    P:{Q}:slots:<key>          SET    delivery tokens holding a slot of concurrency key <key>
+                                      (max_concurrency of the worker; lua/_slots.lua)
+    P:{Q}:parked:<key>         LIST   tasks of <key> claimed while its slots were full; one
+                                      goes back to the head of pending per slot given back
+    P:{Q}:parkedkeys           SET    the keys with parked tasks (readers count them as pending)
     P:{Q}:token                STRING last delivery token issued for Q
     P:{Q}:inflight:<consumer>  HASH   token -> envelope, one per consumer incarnation
     P:{Q}:scheduled            ZSET   envelope scored by due time (ms)
@@ -160,6 +172,14 @@ class QueueKeys:
     def cron_last(self, operation: str) -> str:
         """The newest tick enqueued for the schedule of ``operation`` (``P:{Q}:cron:<operation>``)."""
         return self._job_base[: -len("job:")] + "cron:" + operation
+
+    def base(self) -> str:
+        """``P:{Q}:``: what the claim script builds slot keys from (``slots:<key>``, ``parked:<key>``)."""
+        return self._job_base[: -len("job:")]
+
+    def rate_prefix(self) -> str:
+        """``P:{Q}:rate:``: the bucket of operation ``op`` is it + ``op`` (built in the claim script)."""
+        return self._job_base[: -len("job:")] + "rate:"
 
     def job(self, jid: str) -> str:
         """The record of task ``jid``: its state, result or error, progress (``P:{Q}:job:<jid>``)."""

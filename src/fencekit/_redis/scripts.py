@@ -221,13 +221,15 @@ def ack_claim(
     finished: str = "",
     channel: str = "",
     keep_finished: int = 0,
+    flow: str = "",
 ) -> Call:
     """Acknowledge ``acks`` and ``recorded``, claim up to ``want``; reply ``{fenced, first, lost, envs…}``.
 
-    See ``ack_claim.lua``.
+    With ``flow`` (the queue's rate limits, :func:`fencekit.queue.flow.flow_specs`)
+    the reply is ``{fenced, first, lost, wait_ms, envs…}``. See ``ack_claim.lua``.
     """
     keys: tuple[str, ...] = (pending, inflight, token_counter, stats, wake)
-    args: tuple[Arg, ...] = (want, len(acks), *acks)
+    args: tuple[Arg, ...] = (f"{want} {flow}" if flow else want, len(acks), *acks)
     if recorded:
         keys = (*keys, finished, *(r.record for r in recorded))
         extra: list[Arg] = [channel, keep_finished]
@@ -396,6 +398,11 @@ def job_set_many(writes: Sequence[tuple[str, str, str, int, Arg]]) -> Call:
 def schedule(*, scheduled: str, pending: str, wake: str, limit: int) -> Call:
     """Move due scheduled tasks into the queue; reply count (``schedule.lua``)."""
     return call("schedule", (scheduled, pending, wake), (limit,))
+
+
+def pending_read(*, pending: str, envelopes: bool) -> Call:
+    """The tasks of every priority list: count, and with ``envelopes`` them in claim order."""
+    return call("pending_read", (pending,), ("list" if envelopes else "len",))
 
 
 def purge(*, pending: str, stats: str, record_prefix: str) -> Call:

@@ -58,6 +58,7 @@ _FIELDS = frozenset(
         "keep_result",
         "unique_key",
         "unique_for",
+        "priority",
     )
 )
 
@@ -97,6 +98,7 @@ def task_of(data: Any, *, max_payload: int, keep_result: float) -> tuple[Task, f
         keep_result=_seconds(data, "keep_result"),
         unique_key=data.get("unique_key"),
         unique_for=_seconds(data, "unique_for"),
+        priority=data.get("priority", 0),
     )
     task.envelope(max_payload, keep_result)  # every check enqueue makes; fills in the jid
     return task, delay
@@ -135,6 +137,9 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--expires", type=float, metavar="S", help="drop it unrun if not started within S seconds"
     )
+    parser.add_argument(
+        "--priority", type=int, metavar="P", help="its priority, -5..5 (default 0; higher first)"
+    )
     parser.add_argument("--file", metavar="PATH", help="enqueue every line of a JSON-lines file ('-': stdin)")
     parser.add_argument("--batch", type=int, default=DEFAULT_BATCH, metavar="N",
                         help=f"tasks per round trip with --file (default: {DEFAULT_BATCH})")  # fmt: skip
@@ -156,6 +161,7 @@ async def _enqueue(ctx: Context, args: argparse.Namespace) -> int:
     data = {
         "queue": args.queue, "operation": args.operation, "params": params, "jid": args.jid,
         "delay": args.delay, "timeout": args.timeout, "expires": args.expires, "unique_key": args.unique_key,
+        "priority": args.priority,
     }  # fmt: skip
     settings = ctx.settings
     try:

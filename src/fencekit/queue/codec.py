@@ -8,7 +8,11 @@ An envelope is a JSON object::
 and, only when the task sets them, ``"timeout"`` (seconds the run may take),
 ``"expires_at"`` (Unix ms after which it is not started), ``"keep"`` (ms
 its finished record is kept: the task has a record), ``"unique"`` (its
-``unique_key``) and ``"trace"`` (the W3C ``traceparent`` of the request that
+``unique_key``) and ``"priority"`` (a non-default priority, placed right after ``"jid"`` so the
+Lua scripts read it with one anchored match: docs/flow.md), ``"ckey"`` (its
+concurrency key, after ``"jid"`` and any ``"priority"``, for the same reason)
+and ``"trace"``
+(the W3C ``traceparent`` of the request that
 enqueued it, when hooks trace: :mod:`fencekit.hooks`), so a task that sets none of them is encoded and decoded
 exactly as before.
 
@@ -45,6 +49,8 @@ DEFAULT_MAX_PAYLOAD = 1 << 20  # 1 MiB per envelope
 MAX_TRACE = 512  # characters of a carried trace context (a traceparent is 55)
 _MAX_DEPTH = 64
 _MIN_INT, _MAX_INT = -(2**63), 2**64 - 1
+MIN_PRIORITY, MAX_PRIORITY, DEFAULT_PRIORITY = -5, 5, 0
+MAX_CKEY = 200
 
 
 class Envelope(NamedTuple):
@@ -61,6 +67,8 @@ class Envelope(NamedTuple):
     keep: int | None = None
     unique: str | None = None
     trace: str | None = None
+    priority: int = DEFAULT_PRIORITY
+    ckey: str | None = None
 
     def encode(self) -> bytes:
         return self.next_attempt(self.attempt)
@@ -79,6 +87,8 @@ class Envelope(NamedTuple):
             keep=self.keep,
             unique=self.unique,
             trace=self.trace,
+            priority=self.priority,
+            ckey=self.ckey,
         )
 
 
@@ -165,16 +175,43 @@ def encode(
     keep: int | None = None,
     unique: str | None = None,
     trace: str | None = None,
+    priority: int = DEFAULT_PRIORITY,
+    ckey: str | None = None,
 ) -> bytes:
     """Encode an envelope (:func:`check_params` ran at enqueue, or at decode)."""
-    data: dict[str, Any] = {
-        "jid": jid,
-        "queue": queue,
-        "operation": operation,
-        "params": params,
-        "attempt": attempt,
-        "enqueued_at": enqueued_at,
-    }
+    data: dict[str, Any]
+    if ckey is not None:  # after the jid (and priority): the scripts' anchored match (lua/_prio.lua)
+        head: dict[str, Any] = {"jid": jid}
+        if priority != DEFAULT_PRIORITY:
+            head["priority"] = priority
+        head["ckey"] = ckey
+        data = {
+            **head,
+            "queue": queue,
+            "operation": operation,
+            "params": params,
+            "attempt": attempt,
+            "enqueued_at": enqueued_at,
+        }
+    elif priority == DEFAULT_PRIORITY:
+        data = {
+            "jid": jid,
+            "queue": queue,
+            "operation": operation,
+            "params": params,
+            "attempt": attempt,
+            "enqueued_at": enqueued_at,
+        }
+    else:  # right after the jid: the scripts' anchored match (lua/_prio.lua)
+        data = {
+            "jid": jid,
+            "priority": priority,
+            "queue": queue,
+            "operation": operation,
+            "params": params,
+            "attempt": attempt,
+            "enqueued_at": enqueued_at,
+        }
     if timeout is not None:
         data["timeout"] = timeout
     if expires_at is not None:
@@ -238,9 +275,45 @@ def decode(raw: bytes | str) -> Envelope:
     trace = data.get("trace")
     if trace is not None and not (isinstance(trace, str) and 0 < len(trace) <= MAX_TRACE):
         raise PayloadError(f"field 'trace' must be a trace context: a string of 1 to {MAX_TRACE} characters")
+    priority = data.get("priority", DEFAULT_PRIORITY)
+    if not is_priority(priority):
+        raise PayloadError(f"field 'priority' must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}")
+    ckey = data.get("ckey")
+    if ckey is not None and not is_ckey(ckey):
+        raise PayloadError(f"field 'ckey' must be a concurrency key: {CKEY_RULE}")
     return Envelope(
-        jid, queue, operation, params, attempt, enqueued_at, timeout, expires_at, keep, unique, trace
+        jid,
+        queue,
+        operation,
+        params,
+        attempt,
+        enqueued_at,
+        timeout,
+        expires_at,
+        keep,
+        unique,
+        trace,
+        priority,
+        ckey,
     )
+
+
+CKEY_RULE = f"1 to {MAX_CKEY} printable characters without whitespace, quotes or backslashes"
+
+
+def is_ckey(value: object) -> bool:
+    """True for a usable concurrency key (the claim script reads it with a plain Lua pattern)."""
+    return (
+        isinstance(value, str)
+        and 0 < len(value) <= MAX_CKEY
+        and value.isprintable()
+        and not any(c.isspace() or c in '"\\' for c in value)
+    )
+
+
+def is_priority(value: object) -> bool:
+    """True for a usable priority: an ``int`` (not a bool) from MIN_PRIORITY to MAX_PRIORITY."""
+    return type(value) is int and MIN_PRIORITY <= value <= MAX_PRIORITY
 
 
 def is_timeout(value: object) -> bool:

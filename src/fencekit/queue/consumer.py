@@ -3,8 +3,11 @@
 One loop owns all of the consumer's Redis traffic. Each turn sends one
 pipeline: the outcomes gathered since the last turn (acks grouped per queue,
 retries, failures) and a claim of as many tasks as there are free slots, from
-the next queue in round-robin order (``ack_claim.lua`` does the acks and the
-claim of one queue in one script). Finished tasks only record their outcome
+the next queue in round-robin order, or weighted by ``queue_weights``
+(``ack_claim.lua`` does the acks and the claim of one queue in one script;
+priorities, rate limits and concurrency keys are decided there, and a queue
+whose rate limit has no token is not claimed from until it has:
+:mod:`fencekit.queue.flow`, docs/flow.md). Finished tasks only record their outcome
 and wake the loop, so acks batch by themselves under load.
 
 An idle consumer blocks in ``BLPOP`` on the queues' wake keys over a second
@@ -44,6 +47,7 @@ from fencekit.hooks import FenceKitHooks, check_hooks
 from fencekit.queue import settle
 from fencekit.queue.cancels import CancelListener
 from fencekit.queue.client import Client
+from fencekit.queue.flow import flow_specs, weighted_order
 from fencekit.queue.loops import Backoff
 from fencekit.queue.observe import Observer
 from fencekit.queue.outbox import AckClaim, Outbox, Settle, Turn
@@ -95,6 +99,7 @@ class Consumer:
         self.max_claim: int = settings["max_claim"]
         self.logger = logger
         self.queues = list(queues if queues is not None else registry.queues)
+        self._order = weighted_order(self.queues, settings.get("queue_weights"))  # queue.flow
         self.retention = Retention.of(settings)
         self.link_kind: str = settings["link"]
         self.durable = Durability.of(settings["durable_replicas"], settings["durable_timeout"])
@@ -102,6 +107,11 @@ class Consumer:
         self._lease_ok = lease_ok or (lambda: True)
         self._on_turn = on_turn
         self._qkeys = {q: keys.queue(q) for q in self.queues}
+        # flow control (queue.flow): the claim spec of each queue with a rate-limited or keyed
+        # worker, and the queues whose claims pause until a token (-> the wait in ms); a queue
+        # without a spec takes the plain path, unchanged
+        self._flow = flow_specs(registry, self._qkeys)
+        self._paused: dict[str, int] = {}
         self._inflight = {q: k.inflight(consumer_id) for q, k in self._qkeys.items()}
         self._running: dict[tuple[str, int], asyncio.Task[None]] = {}
         self.outbox = Outbox(self.queues, self._ack_claim_call)
@@ -269,6 +279,7 @@ class Consumer:
             finished=qk.finished,
             channel=qk.done_channel,
             keep_finished=self.retention.keep_finished,
+            flow=self._flow.get(queue, ""),
         )
 
     async def _wait_replicas(self, link: Link, durable: Durability) -> None:
@@ -290,10 +301,11 @@ class Consumer:
             )
 
     def _pick_queue(self) -> str | None:
-        n = len(self.queues)
+        order = self._order
+        n = len(order)
         for i in range(n):
-            queue = self.queues[(self._rotation + i) % n]
-            if queue not in self._empty:
+            queue = order[(self._rotation + i) % n]
+            if queue not in self._empty and queue not in self._paused:
                 self._rotation = (self._rotation + i + 1) % n
                 return queue
         return None
@@ -314,6 +326,10 @@ class Consumer:
             self._empty.add(queue)
             return
         fenced, first, lost, *envelopes = reply
+        if self._flow and queue in self._flow:
+            wait = int(envelopes.pop(0))
+            if wait > 0:
+                self._pause(queue, wait)
         for raw in fenced:
             key = (queue, int(raw))
             if lost:
@@ -424,6 +440,8 @@ class Consumer:
             return None
         if not all(q in self._empty for q in self.queues):
             return None  # busy: the loop claims; the waker only waits
+        if self._paused:
+            return None  # a rate-limited queue waits for its token: its timer wakes the loop
         free = min(self.concurrency - len(self._running) - self._reserved, self.max_claim)
         if free <= 0 or not self._lease_ok():
             return None
@@ -460,6 +478,18 @@ class Consumer:
 
     async def _unblock(self, client_id: int) -> None:
         await (await self._connected()).execute("CLIENT", "UNBLOCK", client_id)
+
+    def _pause(self, queue: str, wait_ms: int) -> None:
+        """No claims from ``queue`` for ``wait_ms``: its rate limit has no token until then."""
+        if queue in self._paused:
+            return
+        self._paused[queue] = wait_ms
+        self._empty.add(queue)
+        asyncio.get_running_loop().call_later(wait_ms / 1000, self._resume, queue)
+
+    def _resume(self, queue: str) -> None:
+        self._paused.pop(queue, None)
+        self._woken(queue)
 
     def _woken(self, queue: str | None) -> None:
         """The waker saw work in ``queue`` (None: look at every queue again)."""

@@ -47,6 +47,7 @@ from typing_extensions import ParamSpec
 
 from fencekit.errors import ConfigError
 from fencekit.queue.binding import Binder
+from fencekit.queue.flow import concurrency_key
 from fencekit.queue.task import Task
 from fencekit.queue.worker import WORKER_DEFAULTS, WorkerSpec, inspect_worker
 
@@ -202,7 +203,13 @@ class TaskCall(Generic[P, R]):
         ``enqueue`` (this object's :attr:`delay` and :attr:`at`).
         """
         f = self.function
-        return Task(f.queue, f.operation, f.fencekit_binder.encode(args, kwargs), **self.task_options)
+        options = self.task_options
+        if f.spec.priority and "priority" not in options:
+            options = {**options, "priority": f.spec.priority}
+        params = f.fencekit_binder.encode(args, kwargs)
+        if f.spec.key_of is not None and "concurrency_key" not in options:
+            options = {**options, "concurrency_key": concurrency_key(f.spec, params)}
+        return Task(f.queue, f.operation, params, **options)
 
     async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> str:
         """Enqueue the call; returns its jid. A bad call is a PayloadError naming the parameter."""
@@ -272,7 +279,14 @@ class TaskFunction(Generic[P, R]):
 
         What ``enqueue`` sends; a sync client enqueues it just the same.
         """
-        return Task(self.queue, self.operation, self.fencekit_binder.encode(args, kwargs))
+        params = self.fencekit_binder.encode(args, kwargs)
+        return Task(
+            self.queue,
+            self.operation,
+            params,
+            priority=self.spec.priority,
+            concurrency_key=concurrency_key(self.spec, params),
+        )
 
     async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> str:
         """Enqueue the call; returns its jid. A bad call is a PayloadError naming the parameter."""
@@ -301,6 +315,8 @@ class TaskFunction(Generic[P, R]):
         timeout: float | timedelta | None = None,
         expires: float | timedelta | datetime | None = None,
         keep_result: float | timedelta | None = None,
+        priority: int | None = None,
+        concurrency_key: str | None = None,
     ) -> TaskCall[P, R]:
         """This function with per-call enqueue options (those of ``Task`` and ``Client.enqueue``)."""
         given = {
@@ -310,6 +326,8 @@ class TaskFunction(Generic[P, R]):
             "timeout": timeout,
             "expires": expires,
             "keep_result": keep_result,
+            "priority": priority,
+            "concurrency_key": concurrency_key,
         }
         return TaskCall(
             self, delay=delay, at=at, task_options={k: v for k, v in given.items() if v is not None}

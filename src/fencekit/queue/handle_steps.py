@@ -113,10 +113,13 @@ def _one(op: Any) -> Steps[Any]:
 
 
 def pending(qk: QueueKeys) -> Steps[list[Task]]:
-    """Tasks waiting to be claimed, oldest first; entries that are not envelopes are left out."""
-    raws = yield from _one(cmd("lrange", qk.pending, 0, -1))
+    """Tasks waiting to be claimed, in claim order (highest priority first, oldest first within one).
+
+    Entries that are not envelopes are left out.
+    """
+    reply = yield from _one(scripts.pending_read(pending=qk.pending, envelopes=True))
     tasks = []
-    for raw in reversed(raws):
+    for raw in reply[1:]:
         try:
             tasks.append(Task.from_envelope(codec.decode(raw)))
         except PayloadError:
@@ -125,7 +128,9 @@ def pending(qk: QueueKeys) -> Steps[list[Task]]:
 
 
 def length(qk: QueueKeys) -> Steps[int]:
-    return int((yield from _one(cmd("llen", qk.pending))))
+    """Tasks waiting on every priority list of the queue."""
+    reply = yield from _one(scripts.pending_read(pending=qk.pending, envelopes=False))
+    return int(reply[0])
 
 
 def scheduled(qk: QueueKeys, limit: int | None) -> Steps[list[ScheduledTask]]:

@@ -27,7 +27,11 @@ class Task:
     ``unique_key`` dedupes: while a task with that key of the same queue lives
     (pending, scheduled, running, or finished with its record kept), enqueue
     returns that task's jid instead of a new one; ``unique_for`` (seconds)
-    bounds how long the key dedupes at most.
+    bounds how long the key dedupes at most. ``priority`` (an int from -5 to 5,
+    default 0) orders claiming within the queue: higher first, FIFO within one
+    priority (docs/flow.md). ``concurrency_key`` counts the task against that
+    key's ``max_concurrency`` of its worker (a task function's ``build`` sets
+    it from the worker's ``concurrency_key`` function).
     """
 
     queue: str
@@ -40,6 +44,8 @@ class Task:
     keep_result: float | timedelta | None = None
     unique_key: str | None = None
     unique_for: float | timedelta | None = None
+    priority: int = codec.DEFAULT_PRIORITY
+    concurrency_key: str | None = None
 
     def envelope(
         self,
@@ -66,6 +72,13 @@ class Task:
                 f"jid must be 1 to {MAX_JID} printable characters without whitespace, got {self.jid!r}"
             )
         codec.check_params(self.params)
+        if self.priority != codec.DEFAULT_PRIORITY and not codec.is_priority(self.priority):
+            raise PayloadError(
+                f"priority must be an int from {codec.MIN_PRIORITY} to {codec.MAX_PRIORITY}, "
+                f"got {self.priority!r}"
+            )
+        if self.concurrency_key is not None and not codec.is_ckey(self.concurrency_key):
+            raise PayloadError(f"concurrency_key must be {codec.CKEY_RULE}, got {self.concurrency_key!r}")
         if self.unique_key is not None:
             _check_unique(self.unique_key)
             self.unique_ms()
@@ -82,6 +95,8 @@ class Task:
             keep=self.keep_ms(keep_result),
             unique=self.unique_key,
             trace=trace,
+            priority=self.priority,
+            ckey=self.concurrency_key,
         )
         if len(raw) > max_payload:
             raise PayloadError(
@@ -125,6 +140,8 @@ class Task:
             expires,
             envelope.keep / 1000 if envelope.keep is not None else 0,
             envelope.unique,
+            priority=envelope.priority,
+            concurrency_key=envelope.ckey,
         )
 
 

@@ -16,7 +16,16 @@ an option of the decorator too): ``retry`` (bool, default True),
 default None: no limit; ``Task(timeout=...)`` overrides it per task),
 ``keep_result`` (seconds its tasks' records outlive them, overriding the
 producer's; default None) and ``keep_failed`` (bool, default True: a task
-that fails for good is kept with its traceback), and the periodic options
+that fails for good is kept with its traceback), ``priority`` (-5..5,
+default 0: the priority of the tasks a task function's ``build``/``enqueue``
+makes; ``Task(priority=...)`` and ``.options(priority=...)`` set it per task,
+docs/flow.md), ``rate_limit`` (``"100/s"``, ``"/m"``, ``"/h"``; default
+None: the operation's tasks start at most that often across every process
+on the Redis, enforced when claiming, docs/flow.md), ``max_concurrency``
+(an int >= 1, default None) with ``concurrency_key`` (a function of the
+params returning the key, e.g. ``lambda p: p["tenant"]``; a task function's
+``build``/``enqueue`` applies it): at most that many tasks of one key run at
+once across every process (docs/flow.md), and the periodic options
 ``cron``/``every``, ``cron_params``, ``cron_tz``, ``cron_catch_up``
 (:mod:`fencekit.queue.periodic`: a schedule whose ticks the ``Server`` or
 the pool's supervisor enqueues, each once across every host). Workers are
@@ -41,7 +50,8 @@ from typing_extensions import TypedDict
 from fencekit._redis.keys import validate_queue
 from fencekit.errors import ConfigError, PayloadError
 from fencekit.queue.binding import Binder
-from fencekit.queue.codec import is_timeout
+from fencekit.queue.codec import is_priority, is_timeout
+from fencekit.queue.flow import Rate, parse_rate
 from fencekit.queue.periodic import Schedule, schedule_of
 
 if TYPE_CHECKING:
@@ -107,6 +117,10 @@ class WorkerOptions(TypedDict, total=False):
     cron_params: dict[str, Any] | None
     cron_tz: str
     cron_catch_up: bool
+    priority: int
+    rate_limit: str | None
+    concurrency_key: Callable[[dict[str, Any]], object] | None
+    max_concurrency: int | None
 
 
 WORKER_DEFAULTS: dict[str, Any] = {
@@ -120,6 +134,10 @@ WORKER_DEFAULTS: dict[str, Any] = {
     "cron_params": None,
     "cron_tz": "UTC",
     "cron_catch_up": False,
+    "priority": 0,
+    "rate_limit": None,
+    "concurrency_key": None,
+    "max_concurrency": None,
 }
 """The default of each of :class:`WorkerOptions` (a test checks the two name the same options)."""
 
@@ -171,6 +189,10 @@ class WorkerSpec:
     timeout: float | None = None
     keep_ms: int | None = None
     keep_failed: bool = True
+    priority: int = 0  # of the tasks a task function builds
+    rate: Rate | None = None  # rate_limit: enforced by the claim script (queue.flow)
+    key_of: Callable[[dict[str, Any]], object] | None = None  # concurrency_key: applied by producers
+    max_concurrency: int | None = None  # per concurrency key: slots taken by the claim script
     plain: bool = True  # sets neither a timeout nor its own record retention (the hot path's test)
     call: Invocation | None = None  # None: ``await perform(params)`` (an async class worker)
     periodic: Schedule | None = None  # its schedule (``cron``/``every``), run by the Server or supervisor
@@ -256,6 +278,26 @@ def inspect_worker(worker: object) -> WorkerSpec:
                 f"worker {name}: attribute 'cron_params' must bind every required parameter "
                 f"of the function: {exc}"
             ) from None
+    priority = _option(worker, "priority")
+    if not is_priority(priority):
+        raise ConfigError(
+            f"worker {name}: attribute 'priority' must be an int from -5 to 5, got {priority!r}"
+        )
+    rate_limit = _option(worker, "rate_limit")
+    try:
+        rate = parse_rate(rate_limit) if rate_limit is not None else None
+    except ValueError as exc:
+        raise ConfigError(f"worker {name}: attribute 'rate_limit' {exc}") from None
+    key_of = _option(worker, "concurrency_key")
+    if key_of is not None and not callable(key_of):
+        raise ConfigError(f"worker {name}: attribute 'concurrency_key' must be a function of the params")
+    max_concurrency = _option(worker, "max_concurrency")
+    if max_concurrency is not None and (type(max_concurrency) is not int or max_concurrency < 1):
+        raise ConfigError(
+            f"worker {name}: attribute 'max_concurrency' must be None or an int >= 1, got {max_concurrency!r}"
+        )
+    if key_of is not None and max_concurrency is None:
+        raise ConfigError(f"worker {name}: attribute 'concurrency_key' needs 'max_concurrency' (an int >= 1)")
     return WorkerSpec(
         queue=queue,
         operation=worker.operation,  # type: ignore[attr-defined]
@@ -266,6 +308,10 @@ def inspect_worker(worker: object) -> WorkerSpec:
         timeout=float(timeout) if timeout is not None else None,
         keep_ms=keep_ms,
         keep_failed=keep_failed,
+        priority=priority,
+        rate=rate,
+        key_of=key_of,
+        max_concurrency=max_concurrency,
         plain=timeout is None and keep is None,
         call=Invocation(perform, binder, sync) if binder is not None or sync else None,
         periodic=periodic,

@@ -39,6 +39,7 @@ from typing import Any
 import redis.asyncio
 from redis.exceptions import RedisError
 
+from fencekit._redis import scripts
 from fencekit._redis.clients import aclose_client, async_client
 from fencekit._redis.keys import DEFAULT_PREFIX, KeySpace, validate_queue
 from fencekit._redis.run import as_text, translated
@@ -220,7 +221,8 @@ class AdminSource:
                 pipe.hgetall(keys.queue(q).stats)
             for q in shown:
                 qk = keys.queue(q)
-                pipe.llen(qk.pending)
+                read = scripts.pending_read(pending=qk.pending, envelopes=False)  # every priority list
+                pipe.eval(read.script.source, len(read.keys), *read.keys, *read.args)
                 pipe.zcard(qk.scheduled)
                 pipe.zcard(qk.dead_index)
             slots: list[tuple[str, str]] = []
@@ -236,7 +238,7 @@ class AdminSource:
         at = len(every)
         counts: dict[str, tuple[int, int, int]] = {}
         for q in shown:
-            counts[q] = (int(replies[at]), int(replies[at + 1]), int(replies[at + 2]))
+            counts[q] = (int(replies[at][0]), int(replies[at + 1]), int(replies[at + 2]))
             at += 3
         queue_inflight = dict.fromkeys(shown, 0)
         consumer_inflight = dict.fromkeys(consumer_ids, 0)

@@ -4,14 +4,17 @@
 -- only if that token is still this consumer's current delivery (I3), and only
 -- then does a recorded task's result land in its record.
 --
--- KEYS[1]  pending     P:{Q}:pending
+-- KEYS[1]  pending     P:{Q}:pending  (and its priority lists, _prio.lua)
 -- KEYS[2]  inflight    P:{Q}:inflight:<consumer>  HASH token -> envelope
 -- KEYS[3]  token       P:{Q}:token                last token issued for Q
 -- KEYS[4]  stats       P:{Q}:stats                ("processed", "fenced_out")
 -- KEYS[5]  wake        P:{Q}:wake
 -- KEYS[6]  finished    P:{Q}:finished             (only with recorded acks)
 -- KEYS[7..6+r] records P:{Q}:job:<jid>            one per recorded ack, in order
--- ARGV[1]  how many tasks to claim (0: only acknowledge)
+-- ARGV[1]  how many tasks to claim (0: only acknowledge); for a queue with
+--          rate-limited or concurrency-keyed workers "<n> <spec JSON>"
+--          (_flow.lua, _slots.lua), which adds the wait to the reply; with
+--          concurrency keys an ack also gives its delivery's slot back
 -- ARGV[2]  p: how many plain acks follow
 -- ARGV[3..2+p] tokens of finished deliveries to acknowledge (no record)
 -- then, only with recorded acks:
@@ -21,25 +24,66 @@
 --   then 6 per recorded ack: token, jid, result (JSON), retention ms,
 --   envelope ("" when the record exists already), unique key ("" for none)
 --
--- Reply: { fenced, first, lost, env_1, ..., env_n }
+-- Reply: { fenced, first, lost, env_1, ..., env_n }, or with a spec
+--        { fenced, first, lost, wait, env_1, ..., env_n }
 --   fenced  array of the acknowledged tokens that were refused (reaped or
 --           returned meanwhile: counted as fenced_out, not processed)
 --   first   token of env_1 (env_i holds first + i - 1), 0 when none claimed
 --   lost    1 when tokens were refused and the queue's token counter is gone
 --           too: Redis lost its data since they were claimed (nothing was
 --           fenced, nothing is counted), else 0
+--   wait    ms until a rate-limited operation has a token again (0: not limited);
+--           the claim of this queue should pause that long
 --!include _next_token.lua
 --!include _wake.lua
 --!include _now_ms.lua
 --!include _record.lua
+-- The priority and flow helpers are built only when used (a call that needs
+-- neither -- the default path -- creates none of their closures).
+local function flow_helpers()
+--!include _prio.lua
+--!include _slots.lua
+--!include _flow.lua
+  return { pop = pop_pending, filter = flow_filter, base = queue_base, release = release_slot }
+end
+local flow = nil
+local want = tonumber(ARGV[1])
+local spec = nil
+if not want then
+  local sep = string.find(ARGV[1], ' ', 1, true)
+  want = tonumber(string.sub(ARGV[1], 1, sep - 1))
+  spec = cjson.decode(string.sub(ARGV[1], sep + 1))
+  flow = flow_helpers()
+end
+-- with concurrency keys, an ack reads the envelope first to give its slot back
+local slotted = spec and spec.c and flow.base(KEYS[1])
+local function settled(token)
+  local envelope = redis.call('HGET', KEYS[2], token)
+  if not envelope then
+    return false
+  end
+  redis.call('HDEL', KEYS[2], token)
+  flow.release(slotted, envelope, token)
+  return true
+end
 local fenced = {}
 local acked = 0
 local plain = tonumber(ARGV[2])
-for i = 3, 2 + plain do
-  if redis.call('HDEL', KEYS[2], ARGV[i]) == 1 then
-    acked = acked + 1
-  else
-    fenced[#fenced + 1] = ARGV[i]
+if slotted then
+  for i = 3, 2 + plain do
+    if settled(ARGV[i]) then
+      acked = acked + 1
+    else
+      fenced[#fenced + 1] = ARGV[i]
+    end
+  end
+else -- the default path, as before
+  for i = 3, 2 + plain do
+    if redis.call('HDEL', KEYS[2], ARGV[i]) == 1 then
+      acked = acked + 1
+    else
+      fenced[#fenced + 1] = ARGV[i]
+    end
   end
 end
 if #KEYS > 6 then
@@ -51,7 +95,7 @@ if #KEYS > 6 then
   for r = 1, #KEYS - 6 do
     local at = 4 + plain + (r - 1) * 6
     local token = ARGV[at + 1]
-    if redis.call('HDEL', KEYS[2], token) == 1 then
+    if (slotted and settled(token)) or (not slotted and redis.call('HDEL', KEYS[2], token) == 1) then
       acked = acked + 1
       local record = KEYS[6 + r]
       if ARGV[at + 5] == '' then
@@ -88,20 +132,48 @@ if #fenced > 0 then
   end
 end
 local reply = { fenced, 0, lost }
-local want = tonumber(ARGV[1])
+local base = 3
+if spec then
+  reply[4] = 0
+  base = 4
+end
 if want > 0 then
-  local items = redis.call('RPOP', KEYS[1], want)
+  local items
+  if redis.call('EXISTS', KEYS[1] .. ':prio') == 0 then -- no priority list in use (lua/_prio.lua)
+    items = redis.call('RPOP', KEYS[1], want)
+  else
+    flow = flow or flow_helpers()
+    items = flow.pop(KEYS[1], want)
+  end
+  local popped = 0
+  local slots = nil
   if items then
+    popped = #items
+    if spec then
+      local wait
+      items, wait, slots = flow.filter(KEYS[1], items, spec)
+      reply[4] = wait
+      if wait > 0 then
+        popped = 0 -- paused: no wake-up for the rest
+      end
+    end
+  end
+  if items and #items > 0 then
     local first = next_tokens(KEYS[3], #items)
     local fields = {}
     for i, envelope in ipairs(items) do
       fields[2 * i - 1] = string.format('%d', first + i - 1)
       fields[2 * i] = envelope
-      reply[i + 3] = envelope
+      reply[i + base] = envelope
     end
     redis.call('HSET', KEYS[2], unpack(fields))
+    if slots then
+      for i, key in pairs(slots) do
+        redis.call('SADD', key, string.format('%d', first + i - 1))
+      end
+    end
     reply[2] = first
-    if #items == want and redis.call('LLEN', KEYS[1]) > 0 then
+    if popped == want and (redis.call('LLEN', KEYS[1]) > 0 or redis.call('EXISTS', KEYS[1] .. ':prio') == 1) then
       wake(KEYS[5])
     end
   end

@@ -24,6 +24,9 @@
 --              state when it had finished already, "" when not found
 --!include _now_ms.lua
 --!include _record.lua
+--!include _prio.lua
+--!include _wake.lua
+--!include _slots.lua
 local jid = ARGV[1]
 local state = redis.call('HGET', KEYS[1], 'state')
 if state and state ~= 'pending' and state ~= 'scheduled' then
@@ -56,6 +59,7 @@ for i = 6, #KEYS do
   for j = 1, #entries, 2 do
     if mine(entries[j + 1]) then
       redis.call('HDEL', KEYS[i], entries[j])
+      release_slot(queue_base(KEYS[2]), entries[j + 1], entries[j])
       redis.call('SPUBLISH', ARGV[2], jid .. ' ' .. entries[j])
       return cancelled('running', entries[j])
     end
@@ -67,7 +71,11 @@ if envelope then
   if redis.call('ZREM', KEYS[3], envelope) == 1 then
     return cancelled('scheduled')
   end
-  if redis.call('LREM', KEYS[2], 1, envelope) == 1 then
+  if redis.call('LREM', prio_list(KEYS[2], prio_of(envelope)), 1, envelope) == 1 then
+    return cancelled('pending')
+  end
+  local key = ckey_of(envelope)
+  if key and redis.call('LREM', queue_base(KEYS[2]) .. 'parked:' .. key, 1, envelope) == 1 then
     return cancelled('pending')
   end
   return { 0, '' }
@@ -80,13 +88,15 @@ for _, item in ipairs(later) do
     return cancelled('scheduled')
   end
 end
-local n = redis.call('LLEN', KEYS[2])
-for start = 0, n - 1, 10000 do
-  local items = redis.call('LRANGE', KEYS[2], start, start + 9999)
-  for _, item in ipairs(items) do
-    if mine(item) then
-      redis.call('LREM', KEYS[2], 1, item)
-      return cancelled('pending')
+for _, list in ipairs(waiting_lists(KEYS[2])) do
+  local n = redis.call('LLEN', list)
+  for start = 0, n - 1, 10000 do
+    local items = redis.call('LRANGE', list, start, start + 9999)
+    for _, item in ipairs(items) do
+      if mine(item) then
+        redis.call('LREM', list, 1, item)
+        return cancelled('pending')
+      end
     end
   end
 end

@@ -12,6 +12,7 @@
 --
 -- Reply: 1 when re-enqueued, 0 when no such dead letter.
 --!include _wake.lua
+--!include _prio.lua
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 if not raw then
   return 0
@@ -21,7 +22,7 @@ if ARGV[2] ~= '' then
 end
 redis.call('HDEL', KEYS[1], ARGV[1], ARGV[1] .. ':why')
 redis.call('ZREM', KEYS[2], ARGV[1])
-redis.call('LPUSH', KEYS[3], raw)
+push_pending(KEYS[3], raw, false)
 redis.call('HINCRBY', KEYS[4], 'enqueued', 1)
 redis.call('HINCRBY', KEYS[4], 'revived', 1)
 wake(KEYS[5])

@@ -14,6 +14,7 @@
 --
 -- Reply: how many letters were re-enqueued.
 --!include _wake.lua
+--!include _prio.lua
 local n = 0
 for i = 1, #ARGV, 2 do
   local id = ARGV[i]
@@ -21,7 +22,7 @@ for i = 1, #ARGV, 2 do
   if raw then
     redis.call('HDEL', KEYS[1], id, id .. ':why')
     redis.call('ZREM', KEYS[2], id)
-    redis.call('LPUSH', KEYS[3], raw)
+    push_pending(KEYS[3], raw, false)
     n = n + 1
     local k = tonumber(ARGV[i + 1])
     if k > 0 and redis.call('EXISTS', KEYS[k]) == 1 then

@@ -8,11 +8,12 @@
 -- KEYS[4..] inflight   P:{Q}:inflight:<consumer> of every registered consumer
 --
 -- Reply: { pending, scheduled, inflight, next_due_ms, stats }
---   pending      LLEN of the list
+--   pending      the tasks on the pending lists (every priority)
 --   scheduled    ZCARD of the set
 --   inflight     the summed HLEN of the in-flight hashes
 --   next_due_ms  the earliest scheduled task's due time (ms, as text), "" when none
 --   stats        the counters as HGETALL returns them
+--!include _prio.lua
 local scheduled = redis.call('ZCARD', KEYS[2])
 local next_due = ''
 if scheduled > 0 then
@@ -22,4 +23,4 @@ local inflight = 0
 for i = 4, #KEYS do
   inflight = inflight + redis.call('HLEN', KEYS[i])
 end
-return { redis.call('LLEN', KEYS[1]), scheduled, inflight, next_due, redis.call('HGETALL', KEYS[3]) }
+return { pending_len(KEYS[1]), scheduled, inflight, next_due, redis.call('HGETALL', KEYS[3]) }

@@ -20,10 +20,15 @@
 --        counted as fenced_out, nothing else changes.
 --!include _now_ms.lua
 --!include _record.lua
-if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then
+--!include _prio.lua
+--!include _wake.lua
+--!include _slots.lua
+local raw = redis.call('HGET', KEYS[1], ARGV[1])
+if not raw or redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then
   redis.call('HINCRBY', KEYS[2], 'fenced_out', 1)
   return redis.error_reply('FENCED delivery ' .. ARGV[1] .. ' is no longer current')
 end
+release_slot(queue_base(KEYS[1]), raw, ARGV[1])
 redis.call('HINCRBY', KEYS[2], ARGV[2], 1)
 if KEYS[3] and redis.call('EXISTS', KEYS[3]) == 1 then
   local now = now_ms()

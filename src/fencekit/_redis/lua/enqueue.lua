@@ -10,6 +10,7 @@
 -- Reply: the number of tasks accepted.
 --!include _now_ms.lua
 --!include _wake.lua
+--!include _prio.lua
 local n = #ARGV - 1
 if n < 1 then
   return 0
@@ -21,8 +22,21 @@ if delay > 0 then
     redis.call('ZADD', KEYS[2], due, ARGV[i])
   end
 else
-  for i = 2, #ARGV, 1000 do
-    redis.call('LPUSH', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+  local plain = true
+  for i = 2, #ARGV do
+    if prio_of(ARGV[i]) ~= 0 then
+      plain = false
+      break
+    end
+  end
+  if plain then
+    for i = 2, #ARGV, 1000 do
+      redis.call('LPUSH', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+    end
+  else
+    for i = 2, #ARGV do
+      push_pending(KEYS[1], ARGV[i], false)
+    end
   end
   wake(KEYS[4])
 end

@@ -15,6 +15,7 @@
 -- Reply: the number of tasks accepted.
 --!include _now_ms.lua
 --!include _wake.lua
+--!include _prio.lua
 local n = #ARGV - 2
 if n < 1 then
   return 0
@@ -34,7 +35,7 @@ for i = 1, n do
     redis.call('HSET', record, 'env', envelope, 'state', state, 'enqueued', now, 'due', now + delay,
       'keep', ARGV[2])
   else
-    redis.call('LPUSH', KEYS[1], envelope)
+    push_pending(KEYS[1], envelope, false)
     redis.call('HSET', record, 'env', envelope, 'state', state, 'enqueued', now, 'keep', ARGV[2])
   end
 end

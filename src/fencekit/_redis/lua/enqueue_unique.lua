@@ -21,6 +21,7 @@
 -- Reply: { created, jid }  created 1 with the new jid, 0 with the holder's jid.
 --!include _now_ms.lua
 --!include _wake.lua
+--!include _prio.lua
 local holder = redis.call('GET', KEYS[6])
 if holder and redis.call('EXISTS', ARGV[5] .. holder) == 1 then
   redis.call('HINCRBY', KEYS[3], 'deduped', 1)
@@ -39,7 +40,7 @@ if delay > 0 then
   redis.call('HSET', KEYS[5], 'env', ARGV[3], 'state', 'scheduled', 'enqueued', now, 'due', now + delay,
     'keep', ARGV[2], 'unique', KEYS[6])
 else
-  redis.call('LPUSH', KEYS[1], ARGV[3])
+  push_pending(KEYS[1], ARGV[3], false)
   redis.call('HSET', KEYS[5], 'env', ARGV[3], 'state', 'pending', 'enqueued', now, 'keep', ARGV[2],
     'unique', KEYS[6])
   wake(KEYS[4])

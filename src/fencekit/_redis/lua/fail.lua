@@ -31,12 +31,16 @@
 --        counted as fenced_out, nothing else changes.
 --!include _now_ms.lua
 --!include _record.lua
+--!include _prio.lua
+--!include _wake.lua
+--!include _slots.lua
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 if not raw then
   redis.call('HINCRBY', KEYS[2], 'fenced_out', 1)
   return redis.error_reply('FENCED delivery ' .. ARGV[1] .. ' is no longer current')
 end
 redis.call('HDEL', KEYS[1], ARGV[1])
+release_slot(queue_base(KEYS[1]), raw, ARGV[1])
 redis.call('HINCRBY', KEYS[2], 'failed', 1)
 local now = now_ms()
 if ARGV[2] ~= '' then

@@ -12,11 +12,12 @@
 --
 -- Reply: 1 when enqueued, 0 when the task is not (or no longer) a kept failure.
 --!include _wake.lua
+--!include _prio.lua
 --!include _now_ms.lua
 if redis.call('LREM', KEYS[1], 0, KEYS[2]) == 0 then
   return 0
 end
-redis.call('LPUSH', KEYS[3], ARGV[1])
+push_pending(KEYS[3], ARGV[1], false)
 wake(KEYS[5])
 redis.call('HINCRBY', KEYS[4], 'enqueued', 1)
 redis.call('HINCRBY', KEYS[4], 'revived', 1)

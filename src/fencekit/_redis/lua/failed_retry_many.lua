@@ -16,6 +16,7 @@
 --
 -- Reply: how many tasks were enqueued.
 --!include _wake.lua
+--!include _prio.lua
 --!include _now_ms.lua
 local n = 0
 local now = nil
@@ -24,7 +25,7 @@ for i = 5, #KEYS do
   if redis.call('LREM', KEYS[1], -1, record) > 0 and redis.call('HGET', record, 'state') == 'failed' then
     local envelope = ARGV[2 * (i - 4) - 1]
     local keep = ARGV[2 * (i - 4)]
-    redis.call('LPUSH', KEYS[2], envelope)
+    push_pending(KEYS[2], envelope, false)
     redis.call('DEL', record)
     if keep ~= '0' then
       now = now or now_ms()

@@ -27,6 +27,7 @@
 --
 -- Reply: {processed booked, depth}.
 --!include _now_ms.lua
+--!include _prio.lua
 local COUNTERS = {'processed', 'failed', 'retried', 'fenced_out', 'dead'}
 local WIDTH = 22
 
@@ -54,7 +55,7 @@ for i = 1, #COUNTERS do
   fresh[#fresh + 1] = c
 end
 
-local depth = redis.call('LLEN', KEYS[2])
+local depth = pending_len(KEYS[2])
 local durations = {}
 if ARGV[7] ~= '' then
   for n in string.gmatch(ARGV[7], '%d+') do

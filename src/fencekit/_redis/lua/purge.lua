@@ -1,17 +1,21 @@
 -- Drop every task waiting in a queue (not scheduled, not in flight), and the
 -- records (and unique keys) of those that kept one.
 --
--- KEYS[1]  pending     P:{Q}:pending
+-- KEYS[1]  pending     P:{Q}:pending     (and its priority lists, _prio.lua)
 -- KEYS[2]  stats       P:{Q}:stats       ("purged" += n, so counters still add up)
 -- ARGV[1]  the record key prefix P:{Q}:job: (a record key is it + the jid, so it
 --          shares the queue's hash tag)
 --
 -- Reply: the number of tasks dropped.
-local n = redis.call('LLEN', KEYS[1])
+--!include _prio.lua
+local total = 0
+for _, list in ipairs(waiting_lists(KEYS[1])) do
+local n = redis.call('LLEN', list)
+total = total + n
 if n > 0 then
   local batch = 10000
   for start = 0, n - 1, batch do
-    local items = redis.call('LRANGE', KEYS[1], start, start + batch - 1)
+    local items = redis.call('LRANGE', list, start, start + batch - 1)
     for _, envelope in ipairs(items) do
       local jid = string.match(envelope, '^{"jid":"([^"\\]+)"')
       if jid and string.find(envelope, '"keep":', 1, true) then
@@ -23,7 +27,11 @@ if n > 0 then
       end
     end
   end
-  redis.call('DEL', KEYS[1])
-  redis.call('HINCRBY', KEYS[2], 'purged', n)
+  redis.call('DEL', list)
 end
-return n
+end
+redis.call('DEL', prio_marker(KEYS[1]), string.sub(KEYS[1], 1, #KEYS[1] - #'pending') .. 'parkedkeys')
+if total > 0 then
+  redis.call('HINCRBY', KEYS[2], 'purged', total)
+end
+return total

@@ -19,10 +19,13 @@
 --        another reaper) — nothing changes.
 --!include _wake.lua
 --!include _fence_past.lua
+--!include _prio.lua
+--!include _slots.lua
 if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then
   return redis.error_reply('FENCED delivery ' .. ARGV[1] .. ' is no longer in flight')
 end
-redis.call('RPUSH', KEYS[2], ARGV[2])
+release_slot(queue_base(KEYS[1]), ARGV[2], ARGV[1])
+push_pending(KEYS[2], ARGV[2], true)
 wake(KEYS[4])
 if ARGV[3] ~= '' then
   redis.call('HINCRBY', KEYS[3], ARGV[3], 1)

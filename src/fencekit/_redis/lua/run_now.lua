@@ -10,11 +10,12 @@
 --
 -- Reply: 1 when moved, 0 when no scheduled task has that jid.
 --!include _wake.lua
+--!include _prio.lua
 local needle = '{"jid":"' .. ARGV[1] .. '"'
 for _, item in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
   if string.sub(item, 1, #needle) == needle then
     redis.call('ZREM', KEYS[1], item)
-    redis.call('RPUSH', KEYS[2], item)
+    push_pending(KEYS[2], item, true)
     wake(KEYS[3])
     if redis.call('EXISTS', KEYS[4]) == 1 then
       redis.call('HSET', KEYS[4], 'state', 'pending')
