@@ -19,6 +19,7 @@ from fencekit.errors import PayloadError
 # lua/_prio.lua and pushes/reads through it) or a reason it need not be.
 PENDING_SCRIPTS = {
     "ack_claim.lua": "_prio",
+    "periodic_enqueue.lua": "_prio",
     "cancel.lua": "_prio",
     "dead_revive.lua": "_prio",
     "dead_revive_many.lua": "_prio",

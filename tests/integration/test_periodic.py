@@ -213,3 +213,26 @@ async def test_a_burst_run_drains_what_is_queued_and_starts_no_periodic_run(
     assert beat.runs == []
     assert list(r.scan_iter(match="fencekit:{cron}:cron:*")) == []
     r.close()
+
+
+async def test_a_periodic_run_carries_its_worker_s_priority_and_concurrency_key(
+    private_redis: RedisServer,
+) -> None:
+    """Each run is enqueued as the worker's other tasks are: on its priority's list, with its key."""
+    keyed = recorder(
+        "keyed",
+        every=1,
+        cron_params={"tenant": "t-7"},
+        priority=3,
+        concurrency_key=lambda p: p["tenant"],
+        max_concurrency=1,
+    )
+    r = private_redis.client()
+    async with running(new_server(private_redis.url(), keyed)):
+        await eventually(lambda: len(keyed.runs) >= 1, timeout=10, what="a run")
+    record = r.hget(f"fencekit:{{cron}}:job:{keyed.runs[0]}", "env")
+    assert record is not None
+    envelope = json.loads(record)
+    assert envelope["priority"] == 3
+    assert envelope["ckey"] == "t-7"
+    r.close()

@@ -75,6 +75,8 @@ class Schedule:
     catch_up: bool = False
     params: dict[str, Any] = field(default_factory=dict)
     keep_ms: int = round(CRON_KEEP_RESULT * 1000)
+    priority: int = 0  # the worker's: each run is claimed as any task of that priority
+    concurrency_key: str | None = None  # the worker's key of ``params``: each run takes a slot of it
 
     @property
     def name(self) -> str:

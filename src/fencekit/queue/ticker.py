@@ -131,7 +131,15 @@ class Ticker:
         entries = []
         for tick in ticks:
             jid = schedule.jid(tick)
-            task = Task(schedule.queue, schedule.operation, dict(schedule.params), jid, keep_result=keep_s)
+            task = Task(
+                schedule.queue,
+                schedule.operation,
+                dict(schedule.params),
+                jid,
+                keep_result=keep_s,
+                priority=schedule.priority,
+                concurrency_key=schedule.concurrency_key,
+            )
             entries.append((tick, task.envelope(self.max_payload, keep_s), qk.job(jid)))
         return scripts.periodic_enqueue(
             last=qk.cron_last(schedule.operation),

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -298,6 +298,10 @@ def inspect_worker(worker: object) -> WorkerSpec:
         )
     if key_of is not None and max_concurrency is None:
         raise ConfigError(f"worker {name}: attribute 'concurrency_key' needs 'max_concurrency' (an int >= 1)")
+    if periodic is not None and (priority or key_of is not None):
+        key = key_of(periodic.params) if key_of is not None else None
+        ckey = key if key is None or isinstance(key, str) else str(key)
+        periodic = replace(periodic, priority=priority, concurrency_key=ckey)
     return WorkerSpec(
         queue=queue,
         operation=worker.operation,  # type: ignore[attr-defined]

@@ -7,7 +7,8 @@
 -- enqueue_tracked.lua writes it, so a run is found by its jid.
 --
 -- KEYS[1]  last        P:{Q}:cron:<operation>  STRING newest tick enqueued (Unix ms)
--- KEYS[2]  pending     P:{Q}:pending           LIST, LPUSH in / RPOP out
+-- KEYS[2]  pending     P:{Q}:pending           LIST, LPUSH in / RPOP out (a run of
+--                                              priority p goes to p's list: _prio.lua)
 -- KEYS[3]  stats       P:{Q}:stats             HASH counters ("enqueued" += n)
 -- KEYS[4]  wake        P:{Q}:wake              LIST wake marker
 -- KEYS[5..4+n] records P:{Q}:job:<jid>         one per tick, in order (KEYS[4+i]: tick i)
@@ -20,6 +21,7 @@
 -- newest tick enqueued by anyone (-1: none yet).
 --!include _now_ms.lua
 --!include _wake.lua
+--!include _prio.lua
 local stored = redis.call('GET', KEYS[1])
 local newest = tonumber(stored or '-1')
 local floor = -1
@@ -39,7 +41,7 @@ for i = 1, (#ARGV - 2) / 2 do
       now = now_ms()
     end
     redis.call('DEL', record)
-    redis.call('LPUSH', KEYS[2], envelope)
+    push_pending(KEYS[2], envelope, false)
     redis.call('HSET', record, 'env', envelope, 'state', 'pending', 'enqueued', now, 'keep', ARGV[2])
     newest = tick
     newest_text = text
