@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, ClassVar
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -169,3 +169,18 @@ def test_a_definition_round_trips_and_a_broken_one_is_left_out() -> None:
     assert (
         Schedule.from_definition(b'{"queue": "q", "operation": "x", "cron": "bad", "every_ms": null}') is None
     )
+
+
+def test_a_concurrency_key_that_fails_on_the_cron_params_is_a_config_error() -> None:
+    class Keyed:
+        queue, operation = "q", "keyed"
+        every = 5
+        cron_params: ClassVar[dict[str, str]] = {}
+        concurrency_key = staticmethod(lambda p: p["tenant"])
+        max_concurrency = 1
+
+        @classmethod
+        async def perform(cls, payload: dict[str, str]) -> None: ...
+
+    with pytest.raises(ConfigError, match="'concurrency_key' failed on the 'cron_params': KeyError"):
+        inspect_worker(Keyed)

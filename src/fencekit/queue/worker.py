@@ -299,7 +299,13 @@ def inspect_worker(worker: object) -> WorkerSpec:
     if key_of is not None and max_concurrency is None:
         raise ConfigError(f"worker {name}: attribute 'concurrency_key' needs 'max_concurrency' (an int >= 1)")
     if periodic is not None and (priority or key_of is not None):
-        key = key_of(periodic.params) if key_of is not None else None
+        try:
+            key = key_of(periodic.params) if key_of is not None else None
+        except Exception as exc:
+            raise ConfigError(
+                f"worker {name}: attribute 'concurrency_key' failed on the 'cron_params': "
+                f"{type(exc).__name__}: {exc}"
+            ) from None
         ckey = key if key is None or isinstance(key, str) else str(key)
         periodic = replace(periodic, priority=priority, concurrency_key=ckey)
     return WorkerSpec(
