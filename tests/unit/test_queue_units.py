@@ -752,7 +752,9 @@ def test_every_queue_builder_in_fencekit_lua_is_covered() -> None:
     builders = {
         name
         for name, fn in inspect.getmembers(scripts, inspect.isfunction)
-        if fn.__module__ == "fencekit._redis.scripts" and name not in helpers and not name.startswith("_")
+        if fn.__module__.startswith("fencekit._redis.scripts.")
+        and name not in helpers
+        and not name.startswith("_")
     }
     assert {b for b in builders if not is_primitive(b)} == set(every_call(KeySpace(), "q"))
 

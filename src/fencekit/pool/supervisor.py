@@ -28,6 +28,12 @@ In burst mode (``burst``) the supervisor decides when the queues are
 drained (:class:`fencekit.queue.drain.BurstWatch`, the ``Server``'s rule) and
 then stops the pool as on SIGTERM; past ``burst_timeout`` with tasks left it
 stops the same way with :attr:`~fencekit.runtime.exits.ExitCode.LEFT`.
+
+This module is the children's lifecycle and the signals; two parts live
+beside it as base classes of :class:`Supervisor`: the children's liveness
+(ready, the hung child's report and kill, systemd's watchdog:
+:mod:`fencekit.pool.liveness`) and what it tells the shared services
+(:mod:`fencekit.pool.placement`).
 """
 
 from __future__ import annotations
@@ -37,29 +43,30 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Callable, Collection, Coroutine, Mapping
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from fencekit._redis.keys import KeySpace
 from fencekit._redis.url import parse_url
 from fencekit.errors import ConfigError, StoreError
 from fencekit.pool import sdnotify
-from fencekit.pool.board import READY, Board
+from fencekit.pool.board import Board
 from fencekit.pool.child import ChildConfig
 from fencekit.pool.children import (
     Child,
     ChildState,
-    child_view,
     restart_delay,
 )
-from fencekit.pool.stall import StackFile, diagnose
+from fencekit.pool.liveness import Liveness
+from fencekit.pool.placement import PoolPlacement
+from fencekit.pool.stall import StackFile
 from fencekit.pool.watch import HANG_CHECK, HangWatch
 from fencekit.queue.client import Client
 from fencekit.queue.drain import BurstWatch, Observation
 from fencekit.queue.functions import attach_client
-from fencekit.queue.histogram import DurationHistogram, QueueDurations
+from fencekit.queue.histogram import QueueDurations
 from fencekit.queue.loops import Backoff, Loop
-from fencekit.queue.registry import ConsumerRecord, consumer_id
+from fencekit.queue.registry import consumer_id
 from fencekit.queue.worker import WorkerRegistry
 from fencekit.runtime.app import App
 from fencekit.runtime.exits import ExitCode
@@ -69,12 +76,11 @@ from fencekit.settings import PoolSettings
 
 if TYPE_CHECKING:
     from fencekit.web.serve import WebServer
-    from fencekit.web.views import ChildView
 
 __all__ = ["Supervisor"]
 
 
-class Supervisor:
+class Supervisor(Liveness, PoolPlacement):
     """Forks (or execs) and watches the children; hosts the shared services."""
 
     def __init__(
@@ -384,106 +390,3 @@ class Supervisor:
         """Wait for the stops and restarts that signals started (the command line's last step)."""
         if self._control:
             await asyncio.gather(*self._control, return_exceptions=True)
-
-    # watching -----------------------------------------------------------------
-    def _read_board(self) -> None:
-        if self.board is None:
-            return
-        for child in self.children:
-            if child.state is ChildState.STARTING:
-                _, state, pid, _ = self.board.read_slot(child.slot)
-                if state == READY and pid == child.pid:
-                    child.state = ChildState.SERVING
-
-    def _hang_timeout(self) -> float:
-        return self.settings["hang_timeout"] or self.settings["heartbeat_ttl"]
-
-    async def _kill_hung(self, child: Child, silent: float) -> None:
-        """Say which tasks ``child`` ran and where its loop is stuck (one record), then kill it."""
-        pid = child.pid
-
-        def ask(sig: int) -> None:  # never a later incarnation of the slot: it may not handle sig yet
-            if child.pid == pid and child.state is ChildState.SERVING:
-                child.signal(sig)
-
-        try:
-            report = await diagnose(
-                self.services.redis,
-                self.keys,
-                self.queues,
-                child.consumer_id,
-                self.stacks.get(child.slot),
-                ask,
-            )
-        except Exception as exc:  # a bug in the explanation must not spare the child
-            report = f"(could not explain the stall: {type(exc).__name__}: {exc})"
-        finally:
-            if child.pid == pid and child.state is ChildState.SERVING:
-                child.state = ChildState.HUNG
-                child.signal(signal.SIGKILL)
-        self.logger.error(
-            "child %d (pid %d) is hung: its event loop has not ticked for %.1fs; killing it\n%s",
-            child.slot,
-            pid,
-            silent,
-            report,
-        )
-
-    async def _watchdog(self) -> None:
-        """Feed systemd's watchdog while the heartbeat reaches Redis and every loop runs."""
-        if self.services.heartbeat.healthy() and self.services.loops_alive():
-            sdnotify.notify("WATCHDOG=1")
-
-    # the Placement of the shared services ------------------------------------
-    def beat_entries(self) -> Mapping[str, ConsumerRecord]:
-        return {
-            c.consumer_id: ConsumerRecord.new(
-                c.consumer_id,
-                self.queues,
-                self.settings["concurrency"],
-                "pool-child",
-                slot=c.slot,
-                pid=c.pid if c.alive else None,
-                supervisor=os.getpid(),
-            )
-            for c in self.children
-            if c.state.beating
-        }
-
-    def alive_consumers(self) -> Collection[str]:
-        """Consumers this supervisor knows are alive: its reaper leaves them alone."""
-        return {c.consumer_id for c in self.children if c.state.trusted}
-
-    def on_beat(self, when: float) -> None:
-        if self.board is not None:
-            self.board.set_beat_ok(when)
-
-    def running(self) -> int:
-        if self.board is None:
-            return 0
-        return sum(self.board.read_running(c.slot) for c in self.children if c.alive)
-
-    def on_reset(self, resets: int) -> None:
-        if self.board is not None:
-            self.board.set_resets(resets)
-
-    def durations(self) -> DurationHistogram:
-        """Job durations of every child, past and present, summed bucket by bucket."""
-        return self.queue_durations().total()
-
-    def queue_durations(self) -> QueueDurations:
-        """Job durations per queue of every child, past and present."""
-        total = self._retired
-        if self.board is not None:
-            for child in self.children:
-                if child.alive:
-                    total = total + self.board.read_durations(child.slot)
-        return total
-
-    def children_view(self) -> tuple[ChildView, ...]:
-        """Each child as /admin, /metrics and ``Pool.children`` show it (:func:`child_view`)."""
-        hangs = self.hangs
-        return tuple(
-            child_view(c, self.board, hangs.stalled_for(c) if hangs is not None else None)
-            for c in self.children
-        )

@@ -14,6 +14,12 @@ An idle consumer blocks in ``BLPOP`` on the queues' wake keys over a second
 connection (:mod:`fencekit.queue.waker`), so it starts a task within about a
 millisecond of its enqueue.
 
+This module is the loop and the consumer's lifetime (start, stop, running
+tasks, returning what it holds); two parts live beside it as base classes of
+:class:`Consumer`: building a turn and absorbing its replies
+(:mod:`fencekit.queue.turns`), and the idle side of the waker -- the claims
+written behind its ``BLPOP``, rate-limit pauses (:mod:`fencekit.queue.wake_claims`).
+
 Failures: a turn that fails keeps its outcomes for the next turn (an ack that
 did land is refused the second time and counted as ``fenced_out``, never as
 processed twice), reconnects, and backs off (100 ms -> 2 s, see
@@ -42,7 +48,7 @@ from fencekit._redis.keys import KeySpace
 from fencekit._redis.link import Link, open_link, wait_replicas
 from fencekit._redis.run import Durability
 from fencekit._redis.url import RedisTarget
-from fencekit.errors import ConfigError, FencedOutError, StoreError
+from fencekit.errors import ConfigError, StoreError
 from fencekit.hooks import FenceKitHooks, check_hooks
 from fencekit.queue import settle
 from fencekit.queue.cancels import CancelListener
@@ -50,12 +56,14 @@ from fencekit.queue.client import Client
 from fencekit.queue.flow import flow_specs, weighted_order
 from fencekit.queue.loops import Backoff
 from fencekit.queue.observe import Observer
-from fencekit.queue.outbox import AckClaim, Outbox, Settle, Turn
+from fencekit.queue.outbox import Outbox, Turn
 from fencekit.queue.perform import ConsumerStats, Performer
 from fencekit.queue.refusals import Refusals
 from fencekit.queue.settle import Retention
 from fencekit.queue.threads import DEFAULT_SYNC_CONCURRENCY
-from fencekit.queue.waker import IDLE_POLL, WAKE_CLAIM_QUEUES, Waker
+from fencekit.queue.turns import Turns
+from fencekit.queue.wake_claims import WakeClaims
+from fencekit.queue.waker import IDLE_POLL, Waker
 from fencekit.queue.worker import WorkerRegistry
 
 __all__ = ["Consumer", "ConsumerStats"]
@@ -63,7 +71,7 @@ __all__ = ["Consumer", "ConsumerStats"]
 LEASE_RECHECK = 0.1
 
 
-class Consumer:
+class Consumer(Turns, WakeClaims):
     """Claims and performs tasks of ``queues`` for one consumer incarnation.
 
     ``settings`` are the resolved settings of its ``Server`` or pool
@@ -249,38 +257,8 @@ class Consumer:
             if self.durable is not None and turn.settles:
                 await self._wait_replicas(link, self.durable)
 
-    def _next_turn(self) -> Turn:
-        free = self.concurrency - len(self._running) - self._reserved
-        claim_queue: str | None = None
-        self._lease_blocked = False
-        if free > 0 and not self._stopping:
-            if self._lease_ok():
-                claim_queue = self._pick_queue()
-            else:
-                self._lease_blocked = True
-        return self.outbox.take(claim_queue, min(free, self.max_claim))
-
     def _unsettled(self) -> set[tuple[str, int]]:
         return set(self._running) | self.outbox.outcomes()
-
-    def _ack_claim_call(
-        self, queue: str, want: int, acks: Sequence[int], recorded: Sequence[scripts.RecordedAck]
-    ) -> scripts.Call:
-        qk = self._qkeys[queue]
-        return scripts.ack_claim(
-            pending=qk.pending,
-            inflight=self._inflight[queue],
-            token_counter=qk.token_counter,
-            stats=qk.stats,
-            wake=qk.wake,
-            want=want,
-            acks=acks,
-            recorded=recorded,
-            finished=qk.finished,
-            channel=qk.done_channel,
-            keep_finished=self.retention.keep_finished,
-            flow=self._flow.get(queue, ""),
-        )
 
     async def _wait_replicas(self, link: Link, durable: Durability) -> None:
         """WAIT after a turn that settled tasks (scripts cannot WAIT themselves)."""
@@ -298,86 +276,6 @@ class Consumer:
                 confirmed,
                 durable.replicas,
                 durable.timeout_ms,
-            )
-
-    def _pick_queue(self) -> str | None:
-        order = self._order
-        n = len(order)
-        for i in range(n):
-            queue = order[(self._rotation + i) % n]
-            if queue not in self._empty and queue not in self._paused:
-                self._rotation = (self._rotation + i + 1) % n
-                return queue
-        return None
-
-    def _absorb(self, turn: Turn, replies: list[Any]) -> None:
-        for item, reply in zip(turn.items, replies):
-            if isinstance(item, Settle):
-                self._absorb_settle(item, reply)
-            else:
-                self._absorb_ack_claim(item, reply)
-
-    def _absorb_ack_claim(self, item: AckClaim, reply: Any) -> None:
-        queue = item.queue
-        if isinstance(reply, BaseException):
-            # A script error here is a bug or a foreign key type: keep going, log it.
-            self.logger.error("ack/claim on queue %s failed: %s", queue, reply)
-            self.outbox.restore_acks(item)
-            self._empty.add(queue)
-            return
-        fenced, first, lost, *envelopes = reply
-        if self._flow and queue in self._flow:
-            wait = int(envelopes.pop(0))
-            if wait > 0:
-                self._pause(queue, wait)
-        for raw in fenced:
-            key = (queue, int(raw))
-            if lost:
-                self._refusals.lost(key)
-            self._refusals.refused(key, self.outbox.jid(*key), "ack of")
-        for token in item.acks:
-            self.outbox.done(queue, token)
-        if self._observer is not None:
-            self._observed(item, fenced)
-        self._refusals.settled((queue, token) for token in item.acks)
-        self.stats.processed += len(item.acks) - len(fenced)
-        if not item.want:
-            return
-        if len(envelopes) < item.want:
-            self._empty.add(queue)
-        else:
-            self._empty.discard(queue)
-        first = int(first)
-        for i, raw in enumerate(envelopes):
-            self._start(queue, first + i, raw)
-        self.stats.claimed += len(envelopes)
-
-    def _observed(self, item: AckClaim, fenced: Sequence[Any]) -> None:
-        """Tell the hooks which acks of ``item`` landed and which Redis refused."""
-        assert self._observer is not None
-        refused = {int(raw) for raw in fenced}
-        for token in item.acks:
-            if token in refused:
-                self._observer.refused(item.queue, token)
-            else:
-                self._observer.landed(item.queue, token)
-
-    def _absorb_settle(self, item: Settle, reply: Any) -> None:
-        key = (item.queue, item.token)
-        if self._observer is not None:
-            if isinstance(reply, FencedOutError):
-                self._observer.refused(*key)
-            elif not isinstance(reply, BaseException):
-                self._observer.landed(*key)
-            else:
-                self._observer.forget(*key)
-        if isinstance(reply, FencedOutError):
-            self._refusals.refused(key, self.outbox.jid(*key), "settling")
-        jid = self.outbox.done(*key)
-        self._refusals.settled((key,))
-        if isinstance(reply, BaseException) and not isinstance(reply, FencedOutError):
-            self.logger.error(
-                "task %s: settling delivery %s on queue %s failed: %s", jid, item.token, item.queue, reply
             )
 
     # performing -------------------------------------------------------------
@@ -401,7 +299,7 @@ class Consumer:
             self._performer.cancelled.discard(key)
         self._event.set()
 
-    # connections, waking, returning ----------------------------------------
+    # connections, returning -----------------------------------------------
     async def _call(self, call: scripts.Call) -> Any:
         """One script call for a running job, on the hot-path connection."""
         return await (await self._connected()).call(call)
@@ -416,88 +314,6 @@ class Consumer:
                 self.target, name=f"fk:{self.consumer_id}", kind=self.link_kind, watch=self._watch
             )
         return self._link
-
-    def _want_wake_update(self) -> None:
-        idle = (
-            not self._stopping
-            and len(self._running) < self.concurrency
-            and all(q in self._empty for q in self.queues)
-        )
-        if idle:
-            self._waker.wanted.set()
-        else:
-            self._waker.wanted.clear()
-
-    def _wake_claims(self) -> list[tuple[AckClaim, scripts.Call]] | None:
-        """Claims the waker may write behind its BLPOP (:mod:`fencekit.queue.waker`), or None.
-
-        Only while idle, lease fresh, not stopping, over the lean link and
-        with at most ``WAKE_CLAIM_QUEUES`` queues; the free slots are shared
-        out so that the claims together never exceed them, and they stay
-        reserved until the replies are absorbed.
-        """
-        if self._stopping or self.link_kind != "lean" or len(self.queues) > WAKE_CLAIM_QUEUES:
-            return None
-        if not all(q in self._empty for q in self.queues):
-            return None  # busy: the loop claims; the waker only waits
-        if self._paused:
-            return None  # a rate-limited queue waits for its token: its timer wakes the loop
-        free = min(self.concurrency - len(self._running) - self._reserved, self.max_claim)
-        if free <= 0 or not self._lease_ok():
-            return None
-        n = len(self.queues)
-        per = max(1, free // n)
-        items = [AckClaim(self.queues[(self._rotation + i) % n], [], per) for i in range(min(n, free))]
-        self._reserved = per * len(items)
-        return [(item, self._ack_claim_call(item.queue, item.want, (), ())) for item in items]
-
-    def _claimed_on_wake(self, items: list[AckClaim], replies: list[Any]) -> None:
-        """The replies of the claims written behind the wake-up: start what they claimed."""
-        self._reserved = 0
-        if self._stopping:
-            return  # left in the in-flight hash: run() returns them at its end
-        claimed = set()
-        if self._observer is not None:
-            self._observer.claimed_ns = time.time_ns()
-        for item, reply in zip(items, replies, strict=True):
-            if isinstance(reply, BaseException):
-                continue  # (NOSCRIPT after a restart, ...): the loop claims it itself and reports
-            before = self.stats.claimed
-            self._absorb_ack_claim(item, reply)
-            self.stats.claimed_on_wake += self.stats.claimed - before
-            claimed.add(item.queue)
-        for queue in self.queues:
-            if queue not in claimed:
-                self._empty.discard(queue)
-        self._event.set()
-
-    def _wake_claims_lost(self) -> None:
-        """The wake connection failed with claims written: they may have run, so reconcile."""
-        self._reserved = 0
-        self._reconcile = True
-
-    async def _unblock(self, client_id: int) -> None:
-        await (await self._connected()).execute("CLIENT", "UNBLOCK", client_id)
-
-    def _pause(self, queue: str, wait_ms: int) -> None:
-        """No claims from ``queue`` for ``wait_ms``: its rate limit has no token until then."""
-        if queue in self._paused:
-            return
-        self._paused[queue] = wait_ms
-        self._empty.add(queue)
-        asyncio.get_running_loop().call_later(wait_ms / 1000, self._resume, queue)
-
-    def _resume(self, queue: str) -> None:
-        self._paused.pop(queue, None)
-        self._woken(queue)
-
-    def _woken(self, queue: str | None) -> None:
-        """The waker saw work in ``queue`` (None: look at every queue again)."""
-        if queue is None:
-            self._empty.clear()
-        else:
-            self._empty.discard(queue)
-        self._event.set()
 
     async def _sleep_or_stop(self, delay: float) -> None:
         self._event.clear()
