@@ -41,10 +41,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from fencekit._redis.keys import KeySpace
-from fencekit.errors import PayloadError
 from fencekit.pool.board import TICK
-from fencekit.queue import codec
-from fencekit.queue.settle import delivery_token
+from fencekit.queue.settle import in_flight
 
 __all__ = [
     "HINT",
@@ -152,18 +150,10 @@ async def read_running(
     now_us = int(now[0]) * 1_000_000 + int(now[1])
     tasks = []
     for queue, entries in zip(queues, hashes):
-        for field, raw in entries.items():
-            token = delivery_token(field)
-            if token is None:
-                continue
-            jid: str | None
-            operation: str | None
-            try:
-                env = codec.decode(raw)
-                jid, operation, attempt = env.jid, env.operation, env.attempt
-            except PayloadError:
-                jid, operation, attempt = codec.peek_jid(raw), None, 0
-            tasks.append(RunningTask(queue, jid, operation, attempt, max(0.0, (now_us - token) / 1e6)))
+        for d in in_flight(entries):
+            tasks.append(
+                RunningTask(queue, d.jid, d.operation, d.attempt, max(0.0, (now_us - d.token) / 1e6))
+            )
     tasks.sort(key=lambda t: t.running, reverse=True)
     return tasks
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -82,6 +82,35 @@ def delivery_token(field: bytes | str) -> int | None:
     """The token of an in-flight hash field, or None for a field that is none (written by someone else)."""
     text = field.decode(errors="replace") if isinstance(field, bytes) else field
     return int(text) if text.isdigit() and 0 < len(text) < 20 else None
+
+
+class InFlight(NamedTuple):
+    """One delivery read from an in-flight hash (the admin page's and the stall report's view)."""
+
+    token: int
+    jid: str | None
+    operation: str | None  # None: the envelope does not decode
+    attempt: int
+
+
+def in_flight(entries: Mapping[Any, Any]) -> list[InFlight]:
+    """The deliveries of one in-flight hash (``HGETALL``), fields that are no token left out.
+
+    An envelope that does not decode still shows its jid when one can be
+    read (:func:`~fencekit.queue.codec.peek_jid`): this is for people.
+    """
+    found = []
+    for field, raw in entries.items():
+        token = delivery_token(field)
+        if token is None:
+            continue
+        try:
+            env = codec.decode(raw)
+        except PayloadError:
+            found.append(InFlight(token, codec.peek_jid(raw), None, 0))
+        else:
+            found.append(InFlight(token, env.jid, env.operation, env.attempt))
+    return found
 
 
 def corrupt(

@@ -45,8 +45,7 @@ from fencekit._redis.keys import DEFAULT_PREFIX, KeySpace, validate_queue
 from fencekit._redis.run import as_text, translated
 from fencekit._redis.steps import adrive
 from fencekit._redis.url import RedisTarget, parse_url
-from fencekit.errors import PayloadError, StoreError
-from fencekit.queue import codec
+from fencekit.errors import StoreError
 from fencekit.queue.handle import DeadLetter, Queue, QueueStats, ScheduledTask
 from fencekit.queue.histogram import DurationHistogram
 from fencekit.queue.history import History, HistoryBucket, read_histories
@@ -54,7 +53,7 @@ from fencekit.queue.records import JobInfo
 from fencekit.queue.registry import ConsumerRecord, known_queues
 from fencekit.queue.results import cancel_job, read_job
 from fencekit.queue.schedules import schedules_steps
-from fencekit.queue.settle import delivery_token
+from fencekit.queue.settle import in_flight
 from fencekit.settings import ClientSettings, defaults
 from fencekit.web.views import (
     ChildView,
@@ -312,19 +311,9 @@ class AdminSource:
             hashes = await pipe.execute()
         rows = []
         for (cid, q), entries in zip(busy, hashes):
-            for field, raw in entries.items():
-                token = delivery_token(field)
-                if token is None:
-                    continue
-                jid: str | None
-                operation: str | None
-                try:
-                    env = codec.decode(raw)
-                    jid, operation, attempt = env.jid, env.operation, env.attempt
-                except PayloadError:
-                    jid, operation, attempt = codec.peek_jid(raw), None, 0
-                runtime = max(0.0, now_ms / 1000 - token / 1_000_000)
-                rows.append(RunningView(q, jid, operation, attempt, cid, token, runtime))
+            for d in in_flight(entries):
+                runtime = max(0.0, now_ms / 1000 - d.token / 1_000_000)
+                rows.append(RunningView(q, d.jid, d.operation, d.attempt, cid, d.token, runtime))
         rows.sort(key=lambda v: v.runtime, reverse=True)
         return tuple(rows[: self.dead_letter_limit])
 
