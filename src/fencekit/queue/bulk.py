@@ -92,6 +92,22 @@ def purge_dead(qk: QueueKeys) -> Steps[int]:
     return int((yield from _one(scripts.dead_purge(dead=qk.dead, dead_index=qk.dead_index))))
 
 
+def fresh_attempt(raw: bytes | None, default_keep_ms: int) -> tuple[bytes, int] | None:
+    """A kept failure's envelope made new (attempt 0) and its record's retention in ms, or None.
+
+    The retention is the first attempt's, else ``default_keep_ms`` (0: no
+    record); None when the failure has no readable envelope (it stays kept).
+    """
+    if raw is None:
+        return None
+    try:
+        envelope = codec.decode(raw)
+    except PayloadError:
+        return None
+    keep = envelope.keep if envelope.keep is not None else (default_keep_ms or None)
+    return envelope._replace(attempt=0, keep=keep).encode(), keep or 0
+
+
 def retry_all_failed(
     qk: QueueKeys,
     *,
@@ -115,14 +131,9 @@ def retry_all_failed(
         raws = yield Batch([cmd("hget", record, "env") for record in chunk])
         retries: list[tuple[str, bytes, int]] = []
         for record, raw in zip(chunk, raws):
-            if raw is None:
-                continue
-            try:
-                envelope = codec.decode(raw)
-            except PayloadError:
-                continue
-            keep = envelope.keep if envelope.keep is not None else (default_keep_ms or None)
-            retries.append((record, envelope._replace(attempt=0, keep=keep).encode(), keep or 0))
+            fresh = fresh_attempt(raw, default_keep_ms)
+            if fresh is not None:
+                retries.append((record, *fresh))
         if retries:
             call = scripts.failed_retry_many(
                 failed=qk.failed, pending=qk.pending, stats=qk.stats, wake=qk.wake, retries=retries

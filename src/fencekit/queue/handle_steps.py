@@ -262,23 +262,18 @@ def retry_failed(qk: QueueKeys, jid: str | None, keep_result: float | None) -> S
     if jid is None:
         return (yield from bulk.retry_all_failed(qk, default_keep_ms=default_keep_ms))
     record = qk.job(jid)
-    raw = yield from _one(cmd("hget", record, "env"))
-    if raw is None:
+    fresh = bulk.fresh_attempt((yield from _one(cmd("hget", record, "env"))), default_keep_ms)
+    if fresh is None:
         return 0
-    try:
-        envelope = codec.decode(raw)
-    except PayloadError:
-        return 0
-    keep = envelope.keep if envelope.keep is not None else (default_keep_ms or None)
-    fresh = envelope._replace(attempt=0, keep=keep).encode()
+    envelope, keep_ms = fresh
     call = scripts.failed_retry(
         failed=qk.failed,
         record=record,
         pending=qk.pending,
         stats=qk.stats,
         wake=qk.wake,
-        envelope=fresh,
-        keep_ms=keep or 0,
+        envelope=envelope,
+        keep_ms=keep_ms,
     )
     return int((yield from _one(call)))
 
