@@ -18,53 +18,17 @@ checkouts: ``python -m bench.ab``.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import statistics
-import tempfile
-from pathlib import Path
-from typing import Any
+from bench.cases import run
 
-from bench import fk
-from fencekit.testing import RedisServer
-
-CASES: tuple[tuple[str, dict[str, Any]], ...] = (
+CASES = (
     ("plain", {"app": "bench.apps:noop"}),
     ("rate limit", {"app": "bench.apps:rated"}),
     ("priorities", {"app": "bench.apps:noop", "priorities": [0, 3, -2]}),
 )
 
 
-async def _drain(url: str, n: int, procs: int, options: dict[str, Any]) -> float:
-    result = await fk.drain(url, Path(tempfile.mkdtemp()), n=n, procs=procs, conc=128, **options)
-    if "error" in result:
-        raise RuntimeError(f"{options}: {result['error']}")
-    return float(result["rate"])
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.flow_cost", description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--n", type=int, default=100_000)
-    parser.add_argument("--procs", type=int, default=1)
-    args = parser.parse_args()
-    rates: dict[str, list[float]] = {label: [] for label, _ in CASES}
-    for round_no in range(args.rounds):
-        for label, options in CASES:
-            with RedisServer() as server:
-                rate = asyncio.run(_drain(server.url(), args.n, args.procs, options))
-            rates[label].append(rate)
-            print(f"round {round_no + 1}: {label:11} {rate:10,.0f} jobs/s", flush=True)
-    base = statistics.median(rates["plain"])
-    print(f"\nmedians of {args.rounds} rounds, {args.n:,} no-op tasks, pool --procs {args.procs}:")
-    for label, _ in CASES:
-        median = statistics.median(rates[label])
-        spread = (max(rates[label]) - min(rates[label])) / median
-        extra = (1 / median - 1 / base) * 1e6
-        print(
-            f"  {label:11} {median:10,.0f} jobs/s   x{median / base:.3f} of plain"
-            f"   {extra:+6.1f} µs/job   (spread of rounds {spread:.1%})"
-        )
+    run("python -m bench.flow_cost", __doc__.splitlines()[0], CASES)
 
 
 if __name__ == "__main__":
