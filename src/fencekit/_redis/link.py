@@ -52,9 +52,17 @@ async def open_link(
 ) -> Link:
     """Open a link of ``kind`` ``"lean"`` (default) or ``"redis-py"``.
 
+    On a ``redis+cluster://`` target the lean kind is a
+    :class:`~fencekit._redis.cluster.ClusterLink` (a lean connection per
+    primary, routed by slot); the redis-py kind is redis-py's cluster client.
+
     ``watch``: the owner's master watch (Sentinel), so the link leaves a
     demoted master at once (a redis-py link follows its own client's watch).
     """
+    if kind == "lean" and target.is_cluster:
+        from fencekit._redis.cluster import ClusterLink
+
+        return await ClusterLink.open(target, name=name)
     if kind == "lean":
         from fencekit._redis.hotpath import LeanConnection
 

@@ -20,13 +20,23 @@ from typing import Any, NamedTuple, overload
 
 import redis
 import redis.asyncio
-from redis.exceptions import NoScriptError, ReadOnlyError, RedisError, ResponseError
+from redis.exceptions import (
+    AskError,
+    MovedError,
+    NoScriptError,
+    ReadOnlyError,
+    RedisError,
+    ResponseError,
+    TryAgainError,
+)
 
 from fencekit._redis.scripts import Call
 from fencekit.errors import FenceKitError, StoreError, script_error
 
 __all__ = [
     "Durability",
+    "Redirected",
+    "TryAgain",
     "apipeline",
     "arun",
     "as_text",
@@ -37,6 +47,40 @@ __all__ = [
 ]
 
 READONLY_REASON = "Redis is a read-only replica now (failover?)"
+
+
+class Redirected(StoreError):
+    """A cluster node answered ``MOVED`` or ``ASK``: it did not run the command; ``address`` owns the slot.
+
+    On a ``redis+cluster://`` URL the cluster link follows it (a redirect is
+    not a re-send: the node said it did not run the command); anywhere else it
+    means a plain URL points at a cluster node.
+    """
+
+    def __init__(self, message: str, kind: str, slot: int, address: tuple[str, int]) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.slot = slot
+        self.address = address
+
+
+class TryAgain(StoreError):
+    """``TRYAGAIN``: the keys of one command are split by a slot migration under way; it did not run."""
+
+
+def _redirect(message: str) -> Redirected | None:
+    kind, _, rest = message.partition(" ")
+    slot_text, _, where = rest.partition(" ")
+    host, _, port_text = where.rpartition(":")
+    if not (slot_text.isdigit() and port_text.isdigit()):
+        return None
+    reason = (
+        f"{message}: the key's slot is served by another Redis Cluster node "
+        "(a plain redis:// URL pointing at a cluster node? use redis+cluster://)"
+    )
+    return Redirected(reason, kind, int(slot_text), (host.strip("[]") or "127.0.0.1", int(port_text)))
+
+
 OOM_REASON = "Redis is out of memory (OOM: over maxmemory, writes refused)"
 
 
@@ -69,6 +113,12 @@ def translate_reply(message: str) -> FenceKitError:
     """Our exception for an error reply's text (a script's refusal, READONLY, OOM, anything else)."""
     if is_readonly(message):
         return StoreError(f"{READONLY_REASON}: {message}")
+    if message.startswith(("MOVED ", "ASK ")):
+        redirect = _redirect(message)
+        if redirect is not None:
+            return redirect
+    if message.startswith("TRYAGAIN"):
+        return TryAgain(f"{message} (a slot migration is moving these keys; the command did not run)")
     if is_out_of_memory(message):
         return StoreError(f"{OOM_REASON}: {message}")
     mapped = script_error(message)
@@ -81,6 +131,9 @@ def translate_error(exc: BaseException) -> BaseException:
     """Our exception for a redis-py or socket error; anything else is returned as it is."""
     if isinstance(exc, ReadOnlyError):
         return StoreError(f"{READONLY_REASON}: {exc}")
+    if isinstance(exc, (MovedError, AskError, TryAgainError)):  # redis-py strips the reply's first word
+        head = "MOVED" if isinstance(exc, MovedError) else "ASK" if isinstance(exc, AskError) else "TRYAGAIN"
+        return translate_reply(f"{head} {exc}")
     if isinstance(exc, ResponseError):
         return translate_reply(str(exc))
     if isinstance(exc, (RedisError, OSError)):

@@ -6,11 +6,17 @@ Accepted URLs::
     rediss://...                      the same over TLS
     unix://[[username]:password@]/path/to/socket[?db=N&options]
     redis+sentinel://[[username]:password@]host[:port][,host[:port]...]/master_name[?options]
+    redis+cluster://[[username]:password@]host[:port][,host[:port]...][/][?options]
+    rediss+cluster://...              a Redis Cluster over TLS
 
-Sentinel hosts without a port use 26379; ``username``/``password`` authenticate
+Cluster hosts are seed nodes (any of the cluster's nodes; without a port
+6379): the slot map is read from the first that answers, and every node is
+then reached at the address the cluster gives for it, with the URL's
+credentials, TLS and timeouts. A cluster has one database: ``db`` other than 0
+is refused. Sentinel hosts without a port use 26379; ``username``/``password`` authenticate
 against the master, ``sentinel_username``/``sentinel_password`` (query) against
 the sentinels. Query options: ``db``, ``socket_timeout``,
-``socket_connect_timeout`` (Sentinel defaults 5 s and 2 s; plain URLs keep no
+``socket_connect_timeout`` (Sentinel and Cluster default to 5 s and 2 s; plain URLs keep no
 timeout, as redis-py does), and for ``rediss://`` ``ssl_cert_reqs``
 (``none``/``optional``/``required``), ``ssl_ca_certs``, ``ssl_certfile``,
 ``ssl_keyfile`` and ``ssl_check_hostname`` (``true``/``false``, also
@@ -41,7 +47,9 @@ SENTINEL_PORT = 26379
 SENTINEL_SOCKET_TIMEOUT = 5.0
 SENTINEL_CONNECT_TIMEOUT = 2.0
 
-_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel")
+_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel", "redis+cluster", "rediss+cluster")
+_TLS_SCHEMES = ("rediss", "rediss+cluster")
+_CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 _SSL_OPTIONS = ("ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_check_hostname")
 _URL_OPTIONS = ("db", "socket_timeout", "socket_connect_timeout", "sentinel_username", "sentinel_password")
 _KNOWN_OPTIONS = frozenset((*_URL_OPTIONS, *_SSL_OPTIONS))
@@ -113,10 +121,26 @@ class RedisTarget:
     master_name: str | None = None
     sentinel_username: str | None = None
     sentinel_password: str | None = field(default=None, repr=False)
+    seeds: tuple[tuple[str, int], ...] = ()
 
     @property
     def is_sentinel(self) -> bool:
         return self.scheme == "redis+sentinel"
+
+    @property
+    def is_cluster(self) -> bool:
+        """A Redis Cluster URL: ``seeds`` are the nodes asked for the slot map."""
+        return self.scheme in _CLUSTER_SCHEMES
+
+    def node(self, host: str, port: int) -> RedisTarget:
+        """One node of a cluster as a plain target: this URL's credentials, TLS and timeouts.
+
+        With TLS, the server name checked is the node's as the cluster
+        announces it (``host``), as redis-py's cluster client does.
+        """
+        return replace(
+            self, scheme="rediss" if self.tls is not None else "redis", host=host, port=port, seeds=()
+        )
 
     def redacted(self) -> str:
         """The target as a URL with every password replaced by ``***``."""
@@ -126,6 +150,8 @@ class RedisTarget:
         if self.is_sentinel:
             hosts = ",".join(f"{h}:{p}" for h, p in self.sentinels)
             return f"{self.scheme}://{auth}{hosts}/{self.master_name}?db={self.db}"
+        if self.is_cluster:
+            return f"{self.scheme}://{auth}{','.join(_joined(h, p) for h, p in self.seeds)}/"
         if self.path is not None:
             return f"unix://{auth}{self.path}?db={self.db}"
         return f"{self.scheme}://{auth}{self.host}:{self.port}/{self.db}"
@@ -142,7 +168,7 @@ class RedisTarget:
         }
         if self.path is not None:
             kwargs["unix_socket_path"] = self.path
-        elif not self.is_sentinel:
+        elif not self.is_sentinel and not self.is_cluster:
             kwargs["host"] = self.host
             kwargs["port"] = self.port
         if self.tls is not None:
@@ -176,8 +202,14 @@ class RedisTarget:
 
 
 def with_db(target: RedisTarget, db: int) -> RedisTarget:
-    """The same target on another database number."""
+    """The same target on another database number (a cluster has only database 0)."""
+    if target.is_cluster and db:
+        raise ConfigError(f"a Redis Cluster has only database 0, not {db}: {target.redacted()}")
     return replace(target, db=db)
+
+
+def _joined(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def redact_url(url: str) -> str:
@@ -268,8 +300,8 @@ def parse_url(url: str) -> RedisTarget:
     unknown = sorted(set(options) - _KNOWN_OPTIONS)
     if unknown:
         raise ConfigError(f"unknown option(s) {', '.join(unknown)} in {redact_url(url)!r}")
-    if scheme != "rediss" and any(k in options for k in _SSL_OPTIONS):
-        raise ConfigError("ssl_* options need a rediss:// URL")
+    if scheme not in _TLS_SCHEMES and any(k in options for k in _SSL_OPTIONS):
+        raise ConfigError("ssl_* options need a rediss:// or rediss+cluster:// URL")
     if scheme != "redis+sentinel" and any(k.startswith("sentinel_") for k in options):
         raise ConfigError("sentinel_* options need a redis+sentinel:// URL")
 
@@ -283,14 +315,15 @@ def parse_url(url: str) -> RedisTarget:
             username, password = None, unquote(user_text)
 
     sentinel = scheme == "redis+sentinel"
+    timed = sentinel or scheme in _CLUSTER_SCHEMES  # several servers: one that hangs must not hang us
     common: dict[str, Any] = {
         "username": username,
         "password": password,
         "socket_timeout": _float_option(
-            options, "socket_timeout", SENTINEL_SOCKET_TIMEOUT if sentinel else None
+            options, "socket_timeout", SENTINEL_SOCKET_TIMEOUT if timed else None
         ),
         "socket_connect_timeout": _float_option(
-            options, "socket_connect_timeout", SENTINEL_CONNECT_TIMEOUT if sentinel else None
+            options, "socket_connect_timeout", SENTINEL_CONNECT_TIMEOUT if timed else None
         ),
     }
 
@@ -302,6 +335,23 @@ def parse_url(url: str) -> RedisTarget:
         return RedisTarget(scheme, path=path, db=_db(db_text, url), **common)
 
     hostpart, _, pathpart = rest.partition("/")
+    if scheme in _CLUSTER_SCHEMES:
+        if not hostpart:
+            raise ConfigError(f"no cluster nodes in {redact_url(url)!r}")
+        seeds = tuple(_host_port(h, 6379, url) for h in hostpart.split(","))
+        path_db = pathpart.strip("/")
+        if path_db not in ("", "0") or db_text not in (None, "", "0"):
+            raise ConfigError(
+                f"a Redis Cluster has only database 0; remove the database from {redact_url(url)!r}"
+            )
+        return RedisTarget(
+            scheme,
+            host=seeds[0][0],
+            port=seeds[0][1],
+            seeds=seeds,
+            tls=_tls(options) if scheme == "rediss+cluster" else None,
+            **common,
+        )
     if sentinel:
         if not hostpart:
             raise ConfigError(f"no sentinel hosts in {redact_url(url)!r}")

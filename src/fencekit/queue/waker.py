@@ -12,7 +12,10 @@ Claiming in the wake-up's round trip: when the consumer offers claims
 fresh), the waker writes them behind its ``BLPOP`` in one write
 (:meth:`~fencekit._redis.hotpath.LeanConnection.block_then`). Redis runs
 them the moment the ``BLPOP`` returns, so the claimed tasks arrive with the
-wake-up: one round trip from enqueue to claim instead of two. They are the
+wake-up: one round trip from enqueue to claim instead of two (not on a
+Redis Cluster, where one ``BLPOP`` may name one slot's keys only: there
+each queue's wake list has a wait of its own, :meth:`Waker._run_per_slot`).
+They are the
 consumer's ordinary ``ack_claim.lua`` calls (fresh tokens, the in-flight
 hash), so nothing about fencing changes; ``on_claimed`` hands the replies to
 the consumer. A failure while claims were written tells ``on_lost`` (they
@@ -29,6 +32,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from fencekit._redis.cluster import slot_of
 from fencekit._redis.link import Link, open_link
 from fencekit._redis.run import as_text
 from fencekit._redis.scripts import Call
@@ -106,6 +110,9 @@ class Waker:
 
     async def run(self) -> None:
         """Wait for work until cancelled or :meth:`stop`."""
+        if self.target.is_cluster:
+            await self._run_per_slot()
+            return
         keys = list(self.wake_keys)
         while True:
             await self.wanted.wait()
@@ -142,6 +149,54 @@ class Waker:
             else:
                 self.on_wake(self.wake_keys[as_text(reply[0])] if reply else None)
 
+    async def _run_per_slot(self) -> None:
+        """On a Redis Cluster: one ``BLPOP`` per slot of the wake keys, each on its own link.
+
+        One ``BLPOP`` may name keys of one slot only (and one queue is one
+        slot), so each group waits on a connection of its own to the node
+        that owns it; docs/design.md ("Waking idle consumers on a cluster")
+        says why not one wait per node. No claims ride behind these waits:
+        a wake-up makes the loop claim (two round trips instead of one).
+        """
+        groups: dict[int, list[str]] = {}
+        for key in self.wake_keys:
+            groups.setdefault(slot_of(key), []).append(key)
+        tasks = [
+            asyncio.create_task(self._wait_slot(keys), name=f"fencekit-wake-{self.name}-{slot}")
+            for slot, keys in groups.items()
+        ]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _wait_slot(self, keys: list[str]) -> None:
+        backoff = Backoff(self._logger, f"consumer {self.name}: waiting for work on {keys[0]}")
+        link: Link | None = None
+        try:
+            while True:
+                await self.wanted.wait()
+                if self._stopping:
+                    return
+                try:
+                    if link is None or link.closed:
+                        link = await open_link(self.target, name=f"fk:{self.name}:wake", kind=self.link_kind)
+                    reply = await link.execute("BLPOP", *keys, self.poll, timeout=self.poll + 5.0)
+                except Exception as exc:  # StoreError, or a bug: the back-off logs it; wake-ups go on
+                    await asyncio.sleep(backoff.failed(exc))
+                    for key in keys:
+                        self.on_wake(self.wake_keys[key])
+                    continue
+                backoff.succeeded()
+                woken = [as_text(reply[0])] if reply else keys  # a timeout: look at these queues again
+                for key in woken:
+                    self.on_wake(self.wake_keys[key])
+        finally:  # cancelled by run()'s end: the link is this wait's alone
+            if link is not None:
+                await link.aclose()
+
     async def stop(self, task: asyncio.Task[None], unblock: Callable[[int], Awaitable[Any]]) -> None:
         """End :meth:`run` (running as ``task``); with claims behind the BLPOP, unblock it and wait
         for their replies rather than leave them to run after the consumer is gone."""
@@ -159,3 +214,4 @@ class Waker:
     async def aclose(self) -> None:
         if self._link is not None:
             await self._link.aclose()
+

@@ -26,9 +26,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import redis.asyncio
 
-from fencekit._redis.clients import aclose_client, async_client
+from fencekit._redis.clients import aclose_client, async_client, check_topology
 from fencekit._redis.keys import KeySpace
-from fencekit._redis.run import translated
 from fencekit._redis.url import RedisTarget
 from fencekit.errors import ConfigError
 from fencekit.hooks import FenceKitHooks
@@ -150,9 +149,9 @@ class Services:
         self._tasks: list[asyncio.Task[None]] = []
 
     async def open(self) -> None:
-        """Check that Redis answers and register the queue names; raises StoreError."""
-        with translated():
-            await self.redis.ping()
+        """Check that Redis answers (and is a cluster exactly when the URL says so: ConfigError
+        otherwise) and register the queue names; raises StoreError."""
+        await check_topology(self.redis, self.target)
         await register_queues(self.redis, self.keys, self.queues)
 
     async def start_web(self) -> None:

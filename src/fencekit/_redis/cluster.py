@@ -1,0 +1,424 @@
+"""The hot path on Redis Cluster: the slot map, and a :class:`~fencekit._redis.link.Link` routing by slot.
+
+Every script keeps its keys under one queue's hash tag (I5 of
+docs/design.md), so a call belongs to exactly one slot, and a slot to one
+primary. :class:`ClusterLink` holds one lean connection
+(:class:`~fencekit._redis.hotpath.LeanConnection`) per primary it has
+needed, opened on first use from the slot map (:class:`SlotMap`, read with
+``CLUSTER SLOTS`` from the first seed node that answers). A pipeline is split
+by node, each node's share written at once and the shares awaited together,
+so queues whose slots live on different primaries are served concurrently;
+the replies come back in the calls' order.
+
+Redirects are followed, never re-sent blindly (I4): ``MOVED`` means the node
+did not run the command, so the map is read again and the call goes to the
+new owner; ``ASK`` (a slot being migrated) sends that call once to the named
+node behind ``ASKING``; ``TRYAGAIN`` (a migration has split the call's keys)
+waits a little and sends it again, since it did not run. A connection that
+fails closes the whole link, as a single connection would: replies lost on
+one node may have been claims or acks that landed, so the owner reconnects
+and reconciles (the consumer's rule), whatever node the failure was on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+from collections.abc import Callable, Generator, Sequence
+from typing import Any, cast
+
+from redis.crc import key_slot
+from redis.exceptions import AskError, MovedError, TryAgainError
+
+from fencekit._redis.hotpath import LeanConnection
+from fencekit._redis.run import Redirected, TryAgain, as_text, translate_error
+from fencekit._redis.scripts import Call
+from fencekit._redis.url import RedisTarget
+from fencekit.errors import ConfigError, FenceKitError, StoreError
+
+__all__ = [
+    "REFRESH",
+    "ClusterLink",
+    "Refresh",
+    "Send",
+    "SlotMap",
+    "read_slot_map",
+    "redirect_of",
+    "route_steps",
+    "slot_of",
+]
+
+Address = tuple[str, int]
+
+MAX_REDIRECTS = 5
+"""Redirects one call may follow before the link gives up (a map that keeps moving)."""
+TRYAGAIN_PAUSE = 0.02
+TRYAGAIN_LIMIT = 150
+"""``TRYAGAIN`` retries of one call (x :data:`TRYAGAIN_PAUSE`: about 3 s of a migration)."""
+
+
+def slot_of(key: str | bytes) -> int:
+    """The hash slot of ``key`` (its ``{tag}`` when it has one), as the servers compute it."""
+    return key_slot(key.encode() if isinstance(key, str) else key)
+
+
+class SlotMap:
+    """Which primary serves each of the 16384 slots (I/O-free)."""
+
+    __slots__ = ("_owners", "_starts")
+
+    def __init__(self, ranges: Sequence[tuple[int, int, Address]]) -> None:
+        ordered = sorted(ranges)
+        self._starts = [start for start, _, _ in ordered]
+        self._owners = [(end, owner) for _, end, owner in ordered]
+
+    @classmethod
+    def from_reply(cls, reply: Any, asked: Address) -> SlotMap:
+        """Parse ``CLUSTER SLOTS``; a node announced without an address is the one ``asked``."""
+        ranges: list[tuple[int, int, Address]] = []
+        for entry in reply or ():
+            start, end, primary = int(entry[0]), int(entry[1]), entry[2]
+            host = as_text(primary[0]) or asked[0]
+            ranges.append((start, end, (host, int(primary[1]))))
+        if not ranges:
+            raise StoreError(f"the Redis Cluster node at {asked[0]}:{asked[1]} has no slots assigned yet")
+        return cls(ranges)
+
+    def owner(self, slot: int) -> Address:
+        """The primary serving ``slot``; :class:`StoreError` when no node does."""
+        i = bisect.bisect_right(self._starts, slot) - 1
+        if i >= 0:
+            end, owner = self._owners[i]
+            if slot <= end:
+                return owner
+        raise StoreError(f"no Redis Cluster node serves hash slot {slot} (cluster down or being set up?)")
+
+    @property
+    def primaries(self) -> set[Address]:
+        return {owner for _, owner in self._owners}
+
+
+async def read_slot_map(target: RedisTarget, *, name: str | None = None) -> tuple[SlotMap, LeanConnection]:
+    """The slot map from the first seed of ``target`` that answers, and the connection that read it.
+
+    A server that is not a cluster node is a :class:`ConfigError` (the URL is
+    wrong, not Redis); no seed answering is a :class:`StoreError` naming each.
+    """
+    failures: list[str] = []
+    for host, port in target.seeds:
+        try:
+            conn = await LeanConnection.open(target.node(host, port), name=name)
+        except StoreError as exc:
+            failures.append(str(exc))
+            continue
+        try:
+            reply = await conn.execute("CLUSTER", "SLOTS")
+            return SlotMap.from_reply(reply, (host, port)), conn
+        except StoreError as exc:
+            conn.close()
+            if "cluster support disabled" in str(exc):
+                raise ConfigError(
+                    f"Redis at {host}:{port} is not a Redis Cluster node (cluster support disabled): "
+                    f"use a redis:// URL for it, not {target.redacted()}"
+                ) from exc
+            failures.append(f"{host}:{port}: {exc}")
+    raise StoreError(f"no seed node of {target.redacted()} answered: {'; '.join(failures)}")
+
+
+class Refresh:
+    """A request of :func:`route_steps`: read the slot map again, then answer ``None``."""
+
+
+REFRESH = Refresh()
+Send = list[tuple[Address, list[int], bool]]
+"""A request of :func:`route_steps`: per node, the ops (indices) to send there and whether behind
+``ASKING``; answered with each part's replies (errors in their slots), in order."""
+
+
+def redirect_of(reply: Any) -> Redirected | TryAgain | None:
+    """The redirect or ``TRYAGAIN`` a reply stands for (ours or redis-py's exception), else None."""
+    if isinstance(reply, (Redirected, TryAgain)):
+        return reply
+    if isinstance(reply, (MovedError, AskError, TryAgainError)):
+        mapped = translate_error(reply)
+        if isinstance(mapped, (Redirected, TryAgain)):
+            return mapped
+    return None
+
+
+def route_steps(
+    slots: Sequence[int], owner: Callable[[int], Address]
+) -> Generator[Send | Refresh | float, Any, list[Any]]:
+    """Send ops of the given hash ``slots`` to their nodes, following redirects; their replies in order.
+
+    The one routing rule of both cluster drivers (the lean :class:`ClusterLink`
+    and redis-py's batches, :mod:`fencekit._redis.steps`). Yields a
+    :data:`Send` (answered with the replies), :data:`REFRESH` (read the map
+    again: ``owner`` then answers from the new one) or a pause in seconds
+    (``TRYAGAIN``). Nothing is re-sent that a node may have run: ``MOVED`` and
+    ``ASK`` say the node did not run it, and so does ``TRYAGAIN``. An op still
+    redirected after :data:`MAX_REDIRECTS` map reads, or refused with
+    ``TRYAGAIN`` :data:`TRYAGAIN_LIMIT` times, keeps that error in its slot.
+    """
+    replies: list[Any] = [None] * len(slots)
+    todo = list(range(len(slots)))
+    redirects = tries = 0
+    while todo:
+        groups: dict[Address, list[int]] = {}
+        for i in todo:
+            groups.setdefault(owner(slots[i]), []).append(i)
+        results = yield [(addr, idx, False) for addr, idx in groups.items()]
+        todo = []
+        asks: dict[Address, list[int]] = {}
+        moved = False
+        for idx, result in zip(groups.values(), results, strict=True):
+            for i, reply in zip(idx, result, strict=True):
+                replies[i] = reply
+                redirect = redirect_of(reply)
+                if isinstance(redirect, Redirected) and redirect.kind == "ASK":
+                    asks.setdefault(redirect.address, []).append(i)
+                elif redirect is not None:
+                    moved = moved or isinstance(redirect, Redirected)
+                    todo.append(i)
+        if asks:
+            results = yield [(addr, idx, True) for addr, idx in asks.items()]
+            for idx, result in zip(asks.values(), results, strict=True):
+                for i, reply in zip(idx, result, strict=True):
+                    replies[i] = reply
+                    if isinstance(redirect_of(reply), TryAgain):
+                        todo.append(i)
+        if not todo:
+            break
+        if moved:
+            redirects += 1
+            if redirects > MAX_REDIRECTS:
+                break
+            yield REFRESH
+        else:
+            tries += 1
+            if tries > TRYAGAIN_LIMIT:
+                break
+            yield TRYAGAIN_PAUSE
+        todo.sort()
+    return replies
+
+
+class ClusterLink:
+    """A :class:`~fencekit._redis.link.Link` over every primary of a Redis Cluster (module docstring)."""
+
+    def __init__(self, target: RedisTarget, name: str | None, slots: SlotMap) -> None:
+        self._target = target
+        self._name = name
+        self._map = slots
+        self._conns: dict[Address, LeanConnection] = {}
+        self._opening: dict[Address, asyncio.Task[LeanConnection]] = {}
+        self._closed = False
+        self._refreshing: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def open(cls, target: RedisTarget, *, name: str | None = None) -> ClusterLink:
+        """Read the slot map and keep the connection that read it when it is a primary's."""
+        slots, conn = await read_slot_map(target, name=name)
+        link = cls(target, name, slots)
+        address = _address(conn)
+        if address in slots.primaries:
+            link._conns[address] = conn
+        else:
+            conn.close()
+        return link
+
+    # -- the Link contract ------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def slot_map(self) -> SlotMap:
+        return self._map
+
+    async def call(self, call: Call) -> Any:
+        (reply,) = await self.pipeline((call,))
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply
+
+    async def pipeline(self, calls: Sequence[Call]) -> list[Any]:
+        """Each node's calls in one write, the nodes at once; replies (errors in their slots) in order."""
+        if not calls:
+            return []
+        steps = route_steps([self._slot(call) for call in calls], lambda slot: self._map.owner(slot))
+        request = next(steps)
+        while True:
+            if isinstance(request, list):
+                sends = [
+                    self._send_part(addr, [calls[i] for i in idx], asking) for addr, idx, asking in request
+                ]
+                answer: Any = await self._gather(sends)
+            elif isinstance(request, Refresh):
+                await self._refresh()
+                answer = None
+            else:
+                await asyncio.sleep(request)
+                answer = None
+            try:
+                request = steps.send(answer)
+            except StopIteration as done:
+                return cast("list[Any]", done.value)
+
+    async def execute(self, *args: Any, timeout: float | None = None) -> Any:
+        """One command on the node of its key (``args[1]``); ``WAIT`` on every open node (the fewest)."""
+        name = str(args[0]).upper() if args else ""
+        if name == "WAIT":
+            conns = list(self._conns.values())
+            counts = await self._gather([conn.execute(*args, timeout=timeout) for conn in conns])
+            return min((int(count) for count in counts), default=int(args[1]))
+        if name not in _KEYED or len(args) < 2:
+            raise ConfigError(f"{name or 'an empty command'} has no key to route it by on a Redis Cluster")
+        slot = slot_of(_key_bytes(args[1]))
+        for _ in range(MAX_REDIRECTS + 1):
+            conn = await self._conn(self._map.owner(slot))
+            try:
+                return await conn.execute(*args, timeout=timeout)
+            except Redirected as exc:
+                if exc.kind == "ASK":
+                    return await (await self._conn(exc.address)).execute_asking(*args, timeout=timeout)
+                await self._refresh()
+            except StoreError:
+                if conn.closed:
+                    self._fail()
+                raise
+        raise StoreError(
+            f"{name} on slot {slot}: more than {MAX_REDIRECTS} redirects (the slot keeps moving)"
+        )
+
+    async def block_then(
+        self, command: Sequence[Any], calls: Sequence[Call], timeout: float
+    ) -> tuple[Any, list[Any]]:
+        """The lean link's :meth:`~fencekit._redis.hotpath.LeanConnection.block_then`, on one node:
+        the blocking command's key and every call's keys must share its slot."""
+        slot = slot_of(_key_bytes(command[1]))
+        if any(self._slot(call) != slot for call in calls):
+            raise ConfigError("block_then on a Redis Cluster needs every call in the blocking command's slot")
+        conn = await self._conn(self._map.owner(slot))
+        try:
+            return await conn.block_then(command, calls, timeout)
+        except StoreError:
+            if conn.closed:
+                self._fail()
+            raise
+
+    async def aclose(self) -> None:
+        self._closed = True
+        for task in self._opening.values():
+            task.cancel()
+        conns = list(self._conns.values())
+        self._conns.clear()
+        await asyncio.gather(*(conn.aclose() for conn in conns), return_exceptions=True)
+
+    # -- routing ----------------------------------------------------------
+
+    def _slot(self, call: Call) -> int:
+        if not call.keys:
+            raise ConfigError(f"script {call.script.name} has no key to route it by on a Redis Cluster")
+        return slot_of(call.keys[0])
+
+    def _owner(self, call: Call) -> Address:
+        return self._map.owner(self._slot(call))
+
+    async def _send_part(self, address: Address, calls: list[Call], asking: bool) -> list[Any]:
+        """``calls`` on one node in one write (behind ``ASKING`` each, for an ``ASK``)."""
+        conn = await self._conn(address)
+        try:
+            if not asking:
+                return await conn.pipeline(calls)
+            replies: list[Any] = []
+            for call in calls:  # ASK redirects are rare: one round trip each
+                try:
+                    replies.append(await conn.call_asking(call))
+                except FenceKitError as exc:
+                    if conn.closed:
+                        raise
+                    replies.append(exc)
+            return replies
+        except StoreError:
+            if conn.closed:
+                self._fail()
+            raise
+
+    async def _gather(self, parts: list[Any]) -> list[Any]:
+        """Await ``parts`` together; the first failure closes the link and is raised after all settle."""
+        results = await asyncio.gather(*parts, return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                if isinstance(result, StoreError):
+                    self._fail()
+                raise result
+        return results
+
+    async def _conn(self, address: Address) -> LeanConnection:
+        if self._closed:
+            raise StoreError("cluster link is closed")
+        conn = self._conns.get(address)
+        if conn is not None and not conn.closed:
+            return conn
+        task = self._opening.get(address)
+        if task is None:
+            node = self._target.node(*address)
+            task = asyncio.ensure_future(LeanConnection.open(node, name=self._name))
+            self._opening[address] = task
+        try:
+            conn = await asyncio.shield(task)
+        except StoreError:
+            self._fail()
+            raise
+        finally:
+            if task.done():
+                self._opening.pop(address, None)
+        if self.closed:  # closed while it was opening
+            conn.close()
+            raise StoreError("cluster link is closed")
+        self._conns[address] = conn
+        return conn
+
+    async def _refresh(self) -> None:
+        """Read the slot map again (once for every caller waiting on it)."""
+        if self._refreshing is None or self._refreshing.done():
+            self._refreshing = asyncio.ensure_future(self._read_map())
+        await asyncio.shield(self._refreshing)
+
+    async def _read_map(self) -> None:
+        for address in list(self._conns):
+            conn = self._conns[address]
+            if conn.closed:
+                continue
+            try:
+                reply = await conn.execute("CLUSTER", "SLOTS")
+            except StoreError:
+                continue
+            self._map = SlotMap.from_reply(reply, address)
+            return
+        slots, conn = await read_slot_map(self._target, name=self._name)
+        self._map = slots
+        conn.close()
+
+    def _fail(self) -> None:
+        """A node's connection failed: close every connection (the module docstring says why)."""
+        if self._closed:
+            return
+        self._closed = True
+        for conn in self._conns.values():
+            conn.close()
+        self._conns.clear()
+
+
+_KEYED = frozenset(("BLPOP", "HGETALL", "LLEN", "GET", "HGET", "EXISTS", "DEL", "LPUSH", "RPUSH", "ZCARD"))
+
+
+def _key_bytes(key: Any) -> bytes:
+    return key if isinstance(key, bytes) else str(key).encode()
+
+
+def _address(conn: LeanConnection) -> Address:
+    host, _, port = conn.address.rpartition(":")
+    return (host.strip("[]"), int(port))
