@@ -36,11 +36,13 @@ A, B, C = ("10.0.0.1", 7000), ("10.0.0.2", 7001), ("10.0.0.3", 7002)
 
 def test_a_cluster_url_names_its_seed_nodes_and_keeps_timeouts_by_default() -> None:
     target = parse_url("redis+cluster://u:secret@127.0.0.1:7000,127.0.0.1:7001,[::1]:7002,h/")
-    assert target.is_cluster and not target.is_sentinel
+    assert target.is_cluster
+    assert not target.is_sentinel
     assert target.seeds == (("127.0.0.1", 7000), ("127.0.0.1", 7001), ("::1", 7002), ("h", 6379))
     assert (target.username, target.password, target.db) == ("u", "secret", 0)
     assert (target.socket_timeout, target.socket_connect_timeout) == (5.0, 2.0)
-    assert "secret" not in target.redacted() and "secret" not in repr(target)
+    assert "secret" not in target.redacted()
+    assert "secret" not in repr(target)
     assert target.redacted() == "redis+cluster://u:***@127.0.0.1:7000,127.0.0.1:7001,[::1]:7002,h:6379/"
 
 
@@ -48,8 +50,10 @@ def test_a_node_of_a_cluster_is_a_plain_target_with_the_urls_credentials_tls_and
     target = parse_url("rediss+cluster://:pw@a:1?ssl_cert_reqs=none&socket_timeout=0.5")
     node = target.node("10.1.1.1", 7005)
     assert (node.scheme, node.host, node.port, node.password) == ("rediss", "10.1.1.1", 7005, "pw")
-    assert node.tls is not None and node.tls.cert_reqs == "none"
-    assert node.socket_timeout == 0.5 and not node.is_cluster
+    assert node.tls is not None
+    assert node.tls.cert_reqs == "none"
+    assert node.socket_timeout == 0.5
+    assert not node.is_cluster
     assert parse_url("redis+cluster://a:1").node("b", 2).scheme == "redis"
 
 
@@ -99,15 +103,18 @@ def test_the_slot_map_names_the_owner_of_each_slot_and_refuses_an_unserved_one()
 
 def test_moved_ask_and_tryagain_become_errors_that_say_the_command_did_not_run() -> None:
     moved = translate_reply("MOVED 3999 10.0.0.2:7001")
-    assert isinstance(moved, Redirected) and isinstance(moved, StoreError)
+    assert isinstance(moved, Redirected)
+    assert isinstance(moved, StoreError)
     assert (moved.kind, moved.slot, moved.address) == ("MOVED", 3999, B)
     assert "redis+cluster://" in str(moved)  # a plain URL on a cluster node: the fix is named
     ask = translate_error(AskError("12 10.0.0.3:7002"))
-    assert isinstance(ask, Redirected) and (ask.kind, ask.address) == ("ASK", C)
+    assert isinstance(ask, Redirected)
+    assert (ask.kind, ask.address) == ("ASK", C)
     assert isinstance(translate_error(MovedError("1 10.0.0.1:7000")), Redirected)
     assert isinstance(translate_error(TryAgainError("Multiple keys request during rehashing")), TryAgain)
     assert redirect_of(MovedError("1 10.0.0.1:7000")) is not None
-    assert redirect_of(StoreError("x")) is None and redirect_of(b"OK") is None
+    assert redirect_of(StoreError("x")) is None
+    assert redirect_of(b"OK") is None
     assert not isinstance(translate_reply("MOVED garbage"), Redirected)
 
 
@@ -185,7 +192,8 @@ def test_ask_sends_that_op_once_behind_asking_and_leaves_the_map_alone() -> None
     fake = FakeCluster({1: A, 2: B})
     fake.asks[1] = C  # slot 1 is migrating from A to C
     assert fake.drive([1, 2]) == [f"ran 0 on {C}", f"ran 1 on {B}"]
-    assert (C, 0, True) in fake.sent and fake.refreshes == 0
+    assert (C, 0, True) in fake.sent
+    assert fake.refreshes == 0
 
 
 def test_tryagain_pauses_and_sends_again_until_the_migration_lets_it_run() -> None:
@@ -199,9 +207,11 @@ def test_the_bounds_bind_an_endless_redirect_keeps_its_error_in_the_slot() -> No
     fake = FakeCluster({1: A, 2: B})
     fake.always_moved = True
     (first, second) = fake.drive([1, 2])
-    assert isinstance(first, Redirected) and isinstance(second, Redirected)
+    assert isinstance(first, Redirected)
+    assert isinstance(second, Redirected)
     assert fake.refreshes == MAX_REDIRECTS
     fake = FakeCluster({1: A})
     fake.tryagain[1] = TRYAGAIN_LIMIT + 5
     (only,) = fake.drive([1])
-    assert isinstance(only, TryAgain) and fake.pauses == TRYAGAIN_LIMIT
+    assert isinstance(only, TryAgain)
+    assert fake.pauses == TRYAGAIN_LIMIT
