@@ -214,6 +214,8 @@ class ClusterLink:
         self._opening: dict[Address, asyncio.Task[LeanConnection]] = {}
         self._closed = False
         self._refreshing: asyncio.Task[None] | None = None
+        self.redirects = {"moved": 0, "ask": 0, "tryagain": 0}
+        """How many times this link followed each answer (map reads, ASK sends, TRYAGAIN pauses)."""
 
     @classmethod
     async def open(cls, target: RedisTarget, *, name: str | None = None) -> ClusterLink:
@@ -254,11 +256,14 @@ class ClusterLink:
                 sends = [
                     self._send_part(addr, [calls[i] for i in idx], asking) for addr, idx, asking in request
                 ]
+                self.redirects["ask"] += sum(len(idx) for _, idx, asking in request if asking)
                 answer: Any = await self._gather(sends)
             elif isinstance(request, Refresh):
+                self.redirects["moved"] += 1
                 await self._refresh()
                 answer = None
             else:
+                self.redirects["tryagain"] += 1
                 await asyncio.sleep(request)
                 answer = None
             try:
@@ -281,6 +286,7 @@ class ClusterLink:
             try:
                 return await conn.execute(*args, timeout=timeout)
             except Redirected as exc:
+                self.redirects["ask" if exc.kind == "ASK" else "moved"] += 1
                 if exc.kind == "ASK":
                     return await (await self._conn(exc.address)).execute_asking(*args, timeout=timeout)
                 await self._refresh()

@@ -1,0 +1,274 @@
+"""The lean hot path on a real Redis Cluster: routing by slot, redirects, a URL that does not fit.
+
+A 3-master :class:`~fencekit.testing.cluster.LocalCluster` (no replicas) per module,
+flushed per test. Each test drives :class:`fencekit._redis.cluster.ClusterLink`
+(what a consumer and a ``Client`` use on a ``redis+cluster://`` URL) with the queue's
+own scripts, and checks the outcome on the nodes themselves: a redirect is followed
+and the script runs exactly once (the queue's ``enqueued`` counter says how many
+times it ran).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from fencekit import Server
+from fencekit._redis import scripts
+from fencekit._redis.cluster import ClusterLink, slot_of
+from fencekit._redis.keys import KeySpace, QueueKeys
+from fencekit._redis.link import open_link
+from fencekit._redis.url import parse_url
+from fencekit.errors import ConfigError, StoreError
+from fencekit.testing import RedisServer
+from fencekit.testing.cluster import LocalCluster
+
+KEYS = KeySpace("fencekit")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, server_binary: str) -> Iterator[LocalCluster]:
+    local = LocalCluster(tmp_path_factory.mktemp("cluster-link"), binary=server_binary)
+    local.start(timeout=60)
+    yield local
+    local.cleanup()
+
+
+@pytest.fixture
+def url(cluster: LocalCluster) -> str:
+    for node in cluster.masters:
+        with node.client() as client:
+            client.flushall()
+    return cluster.url()
+
+
+def queues_on_every_master(cluster: LocalCluster, per_master: int = 2) -> list[str]:
+    """Queue names whose slots cover every master, ``per_master`` each."""
+    found: dict[int, list[str]] = {}
+    n = 0
+    while min((len(v) for v in found.values()), default=0) < per_master or len(found) < len(cluster.masters):
+        name = f"q{n}"
+        n += 1
+        port = cluster.owner(KEYS.queue(name).pending).port
+        if len(found.setdefault(port, [])) < per_master:
+            found[port].append(name)
+    return [name for names in found.values() for name in names]
+
+
+def enqueue(qk: QueueKeys, jid: str) -> scripts.Call:
+    envelope = f'{{"jid":"{jid}","queue":"{qk.name}","operation":"op","params":{{}}}}'.encode()
+    return scripts.enqueue(
+        pending=qk.pending,
+        scheduled=qk.scheduled,
+        stats=qk.stats,
+        wake=qk.wake,
+        delay_ms=0,
+        envelopes=[envelope],
+    )
+
+
+def enqueued(client: Any, queue: str) -> int:
+    return int(client.hget(KEYS.queue(queue).stats, "enqueued") or 0)
+
+
+async def test_a_pipeline_over_queues_on_every_master_comes_back_in_order(
+    cluster: LocalCluster, url: str
+) -> None:
+    names = queues_on_every_master(cluster)
+    link = await open_link(parse_url(url), name="t")
+    try:
+        assert isinstance(link, ClusterLink)
+        calls = [enqueue(KEYS.queue(name), f"j{i}") for i, name in enumerate(names * 3)]
+        replies = await link.pipeline(calls)
+        assert not any(isinstance(r, BaseException) for r in replies), replies
+        lengths = [await link.execute("LLEN", KEYS.queue(name).pending) for name in names]
+    finally:
+        await link.aclose()
+    assert lengths == [3] * len(names)
+    with cluster.client() as client:
+        assert [enqueued(client, name) for name in names] == [3] * len(names)
+    for name in names:  # each queue's keys are on the node that owns its slot, and only there
+        owner = cluster.owner(KEYS.queue(name).pending)
+        with owner.client() as node:
+            assert node.llen(KEYS.queue(name).pending) == 3
+
+
+async def test_a_script_error_comes_back_in_its_slot_and_the_others_run(
+    cluster: LocalCluster, url: str
+) -> None:
+    names = queues_on_every_master(cluster, per_master=1)
+    link = await open_link(parse_url(url), name="t")
+    try:
+        with cluster.client() as client:
+            client.set(KEYS.queue(names[1]).pending, "not a list")  # the enqueue's LPUSH fails
+        replies = await link.pipeline([enqueue(KEYS.queue(name), "j") for name in names])
+    finally:
+        await link.aclose()
+    assert isinstance(replies[1], StoreError), replies
+    assert "WRONGTYPE" in str(replies[1])
+    assert not isinstance(replies[0], BaseException)
+    assert not isinstance(replies[2], BaseException)
+
+
+async def test_moved_after_a_slot_moved_is_followed_and_the_script_runs_once(
+    cluster: LocalCluster, url: str
+) -> None:
+    queue = "moving"
+    qk = KEYS.queue(queue)
+    link = await open_link(parse_url(url), name="t")
+    try:
+        await link.call(enqueue(qk, "before"))
+        old = cluster.owner(qk.pending)
+        target = next(m for m in cluster.masters if m.port != old.port)
+        await asyncio.to_thread(cluster.move_slot, slot_of(qk.pending), target)
+        # the link's map still names the old owner: MOVED, the map is read again, the call goes on
+        await link.pipeline([enqueue(qk, "after-1"), enqueue(qk, "after-2")])
+        assert await link.execute("LLEN", qk.pending) == 3
+        assert not link.closed
+        assert link.redirects["moved"] >= 1
+    finally:
+        await link.aclose()
+    with target.client() as node:
+        assert node.llen(qk.pending) == 3
+        assert enqueued(node, queue) == 3  # each enqueue ran exactly once
+    assert cluster.owner(qk.pending).port == target.port
+
+
+async def test_during_a_migration_ask_and_tryagain_are_followed_and_each_script_runs_once(
+    cluster: LocalCluster, url: str
+) -> None:
+    """Keys moved in small batches while enqueues go on: ASK and TRYAGAIN answers, never a double run."""
+    queue = "migrating"
+    qk = KEYS.queue(queue)
+    link = await open_link(parse_url(url), name="t")
+    loop = asyncio.get_running_loop()
+    migrating = asyncio.Event()
+    go_on = threading.Event()
+    try:
+        for i in range(20):
+            await link.call(enqueue(qk, f"seed-{i}"))
+        with cluster.client() as client:
+            client.set(f"{{{queue}}}:single", "v")  # a one-key command is served behind ASKING
+        old = cluster.owner(qk.pending)
+        target = next(m for m in cluster.masters if m.port != old.port)
+
+        def on_migrating() -> None:
+            loop.call_soon_threadsafe(migrating.set)
+            go_on.wait(10)
+
+        mover = asyncio.ensure_future(
+            asyncio.to_thread(
+                cluster.move_slot,
+                slot_of(qk.pending),
+                target,
+                batch=1,
+                pause_between=0.02,
+                on_migrating=on_migrating,
+            )
+        )
+        await asyncio.wait_for(migrating.wait(), 10)
+        with old.client() as source:  # move one key by hand: the source now answers ASK for it
+            source.execute_command(
+                "MIGRATE", target.host, target.port, "", 0, 5000, "KEYS", f"{{{queue}}}:single"
+            )
+        assert await link.execute("GET", f"{{{queue}}}:single") == b"v"
+        go_on.set()
+        sent = 0
+        while not mover.done():  # enqueues race the migration's batches
+            await link.call(enqueue(qk, f"during-{sent}"))
+            sent += 1
+        await mover
+        await link.call(enqueue(qk, "after"))
+        sent += 1
+        length = await link.execute("LLEN", qk.pending)
+        followed = dict(link.redirects)
+    finally:
+        go_on.set()
+        await link.aclose()
+    assert sent >= 2
+    assert followed["ask"] >= 1  # the GET, and enqueues while the queue's keys were all moved
+    assert followed["tryagain"] >= 1  # enqueues while its keys were split between the nodes
+    assert followed["moved"] >= 1  # the first call after the slot changed owner
+    assert length == 20 + sent
+    with target.client() as node:
+        assert enqueued(node, queue) == 20 + sent  # nothing ran twice, nothing was dropped
+        assert node.llen(qk.pending) == 20 + sent
+
+
+async def test_a_node_that_dies_closes_the_link_and_a_new_one_reaches_the_others(
+    tmp_path: Path, server_binary: str
+) -> None:
+    with LocalCluster(tmp_path / "c", binary=server_binary) as local:
+        names = queues_on_every_master(local, per_master=1)
+        link = await open_link(parse_url(local.url()), name="t")
+        try:
+            await link.pipeline([enqueue(KEYS.queue(name), "j") for name in names])
+            victim = local.owner(KEYS.queue(names[0]).pending)
+            local.kill(victim)
+            with pytest.raises(StoreError):
+                await link.pipeline([enqueue(KEYS.queue(name), "k") for name in names])
+            assert link.closed
+        finally:
+            await link.aclose()
+        again = await open_link(parse_url(local.url()), name="t")  # the seeds: the dead one is skipped
+        try:
+            assert await again.execute("LLEN", KEYS.queue(names[1]).pending) in (1, 2)
+        finally:
+            await again.aclose()
+
+
+async def test_a_cluster_url_on_a_plain_server_is_a_config_error(redis_server: RedisServer) -> None:
+    url = f"redis+cluster://{redis_server.host}:{redis_server.port}"
+    with pytest.raises(ConfigError, match="not a Redis Cluster node"):
+        await open_link(parse_url(url), name="t")
+    server = Server(url)
+    server.add_workers(_Noop)
+    with pytest.raises(ConfigError, match="cluster mode off"):
+        await asyncio.wait_for(server.run(), 20)
+
+
+async def test_a_plain_url_on_a_cluster_node_is_a_config_error_at_start(
+    cluster: LocalCluster, url: str
+) -> None:
+    node = cluster.masters[0]
+    server = Server(f"redis://{node.host}:{node.port}/0")
+    server.add_workers(_Noop)
+    with pytest.raises(ConfigError, match=r"is a Redis Cluster node: use a redis\+cluster:// URL"):
+        await asyncio.wait_for(server.run(), 20)
+
+
+async def test_no_seed_answering_is_a_store_error_naming_each(server_binary: str) -> None:
+    from fencekit.testing import free_port
+
+    url = f"redis+cluster://127.0.0.1:{free_port()},127.0.0.1:{free_port()}?socket_connect_timeout=0.5"
+    with pytest.raises(StoreError, match="no seed node") as info:
+        await open_link(parse_url(url), name="t")
+    assert str(info.value).count("cannot connect") == 2
+
+
+def test_the_redis_py_client_of_a_cluster_url_re_sends_nothing(cluster: LocalCluster, url: str) -> None:
+    from fencekit._redis.clients import sync_client
+
+    client = sync_client(url)
+    try:
+        assert isinstance(client, redis.RedisCluster)
+        assert client.retry.get_retries() == 0
+        client.set("{x}:k", "1")
+        assert client.get("{x}:k") == b"1"
+    finally:
+        client.close()
+
+
+class _Noop:
+    queue = "noop"
+    operation = "noop"
+
+    @classmethod
+    async def perform(cls, payload: dict[str, Any]) -> None:
+        return None
