@@ -49,7 +49,7 @@ Write = tuple[str, str, str, int, "str | bytes | int | float"]  # inflight, fenc
 
 
 def fenced_writes(run: Callable[[Call], Awaitable[Any]]) -> Coalescer[Write, None]:
-    """The fenced writes of one consumer's jobs: made while one is in flight, they go together.
+    """The fenced writes of one consumer's jobs of one queue: made while one is in flight, they go together.
 
     One write alone is ``job_set.lua``; a batch is one ``job_set_many.lua``
     call, whose reply holds each write's own 1 or ``FENCED`` error.

@@ -155,6 +155,10 @@ class Outbox:
             else:
                 self._acks[item.queue][:0] = item.acks
 
+    def restore_settle(self, item: Settle) -> None:
+        """Put back one settle that did not run (a cluster's slot was moving): it goes with the next turn."""
+        self._settles.append(item)
+
     def restore_acks(self, item: AckClaim) -> None:
         """Put back the acks of one ``ack_claim`` whose script failed."""
         self._acks[item.queue][:0] = item.acks

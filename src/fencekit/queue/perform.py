@@ -127,9 +127,10 @@ class Performer:
         self.threads = SyncRunner(sync_concurrency)
         """Where sync ``perform`` code runs (its pool is made at the first sync run)."""
         rules = FenceRules(keys.prefix, timedelta(milliseconds=retention.fence_ttl_ms))
-        writes = fenced_writes(run_call)
+        # One batcher of fenced writes per queue: a batch is one script, whose keys must share
+        # the queue's hash tag (I5; on a cluster, one slot).
         self.sites = {
-            q: JobSite(q, hash_key, rules, run_call, client, keys.queue(q), writes)
+            q: JobSite(q, hash_key, rules, run_call, client, keys.queue(q), fenced_writes(run_call))
             for q, hash_key in inflight.items()
         }
         self.lines = JobLines(logger)

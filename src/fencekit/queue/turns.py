@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from fencekit._redis import scripts
 from fencekit._redis.keys import QueueKeys
+from fencekit._redis.run import Redirected, TryAgain
 from fencekit.errors import FencedOutError
 from fencekit.queue.observe import Observer
 from fencekit.queue.outbox import AckClaim, Outbox, Settle, Turn
@@ -111,8 +112,14 @@ class Turns:
     def _absorb_ack_claim(self, item: AckClaim, reply: Any) -> None:
         queue = item.queue
         if isinstance(reply, BaseException):
-            # A script error here is a bug or a foreign key type: keep going, log it.
-            self.logger.error("ack/claim on queue %s failed: %s", queue, reply)
+            # A script error here is a bug or a foreign key type (or, on a cluster, a slot that
+            # is moving: the script did not run): keep going, log it.
+            if isinstance(reply, (TryAgain, Redirected)):
+                self.logger.warning(
+                    "ack/claim on queue %s did not run (its slot is moving): %s", queue, reply
+                )
+            else:
+                self.logger.error("ack/claim on queue %s failed: %s", queue, reply)
             self.outbox.restore_acks(item)
             self._empty.add(queue)
             return
@@ -155,6 +162,10 @@ class Turns:
 
     def _absorb_settle(self, item: Settle, reply: Any) -> None:
         key = (item.queue, item.token)
+        if isinstance(reply, (TryAgain, Redirected)):
+            # Redis Cluster: the slot is moving and the script did not run; it goes with the next turn.
+            self.outbox.restore_settle(item)
+            return
         if self._observer is not None:
             if isinstance(reply, FencedOutError):
                 self._observer.refused(*key)
