@@ -155,6 +155,7 @@ def _ops_app(count: int) -> Callable[[], list[type]]:
 
 
 many_queues_10 = _queues_app(10)
+many_queues_12 = _queues_app(12)  # bench.cluster: work spread over the primaries of a cluster
 many_queues_100 = _queues_app(100)
 many_queues_1000 = _queues_app(1000)
 many_ops_1 = _ops_app(1)

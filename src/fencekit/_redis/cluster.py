@@ -240,7 +240,20 @@ class ClusterLink:
         return self._map
 
     async def call(self, call: Call) -> Any:
-        (reply,) = await self.pipeline((call,))
+        conn = self._conns.get(self._owner(call))
+        if conn is not None and not conn.closed:  # the common case: straight to the owner
+            try:
+                return await conn.call(call)
+            except Redirected as exc:  # it did not run: the routing rule follows the answer
+                if exc.kind == "MOVED":
+                    self.redirects["moved"] += 1
+                    await self._refresh()
+            except TryAgain:
+                pass
+            except StoreError:
+                self._fail_if_closed(conn)
+                raise
+        (reply,) = await self._route((call,))
         if isinstance(reply, BaseException):
             raise reply
         return reply
@@ -249,6 +262,23 @@ class ClusterLink:
         """Each node's calls in one write, the nodes at once; replies (errors in their slots) in order."""
         if not calls:
             return []
+        owners = {self._owner(call) for call in calls}
+        if len(owners) == 1:  # one node (one queue's turn): its connection alone, no routing round
+            conn = self._conns.get(owners.pop())
+            if conn is not None and not conn.closed:
+                replies = await self._send_part(_address(conn), list(calls), False)
+                again = [i for i, reply in enumerate(replies) if redirect_of(reply) is not None]
+                if any(getattr(replies[i], "kind", "") == "MOVED" for i in again):
+                    self.redirects["moved"] += 1
+                    await self._refresh()
+                if again:
+                    for i, reply in zip(again, await self._route([calls[i] for i in again]), strict=True):
+                        replies[i] = reply
+                return replies
+        return await self._route(calls)
+
+    async def _route(self, calls: Sequence[Call]) -> list[Any]:
+        """:func:`route_steps` driven over this link's connections."""
         steps = route_steps([self._slot(call) for call in calls], lambda slot: self._map.owner(slot))
         request = next(steps)
         while True:
@@ -291,8 +321,7 @@ class ClusterLink:
                     return await (await self._conn(exc.address)).execute_asking(*args, timeout=timeout)
                 await self._refresh()
             except StoreError:
-                if conn.closed:
-                    self._fail()
+                self._fail_if_closed(conn)
                 raise
         raise StoreError(
             f"{name} on slot {slot}: more than {MAX_REDIRECTS} redirects (the slot keeps moving)"
@@ -310,8 +339,7 @@ class ClusterLink:
         try:
             return await conn.block_then(command, calls, timeout)
         except StoreError:
-            if conn.closed:
-                self._fail()
+            self._fail_if_closed(conn)
             raise
 
     async def aclose(self) -> None:
@@ -348,8 +376,7 @@ class ClusterLink:
                     replies.append(exc)
             return replies
         except StoreError:
-            if conn.closed:
-                self._fail()
+            self._fail_if_closed(conn)
             raise
 
     async def _gather(self, parts: list[Any]) -> list[Any]:
@@ -407,6 +434,11 @@ class ClusterLink:
         slots, conn = await read_slot_map(self._target, name=self._name)
         self._map = slots
         conn.close()
+
+    def _fail_if_closed(self, conn: LeanConnection) -> None:
+        """After a failed request: when ``conn`` closed (the connection failed), close the link."""
+        if conn.closed:
+            self._fail()
 
     def _fail(self) -> None:
         """A node's connection failed: close every connection (the module docstring says why)."""
