@@ -104,20 +104,26 @@ def spread(cluster: LocalCluster) -> None:
     assert len(owners) == 3, "the queue names must hash to slots on three different primaries"
 
 
-def read_runs(runs_dir: Path) -> tuple[dict[str, list[int]], list[float], int]:
-    """jid -> tokens of its landed runs; the wall times of every landed run; fenced-out writes."""
+def read_runs(runs_dir: Path) -> tuple[dict[str, list[int]], dict[str, float], int]:
+    """jid -> tokens of its landed runs; jid -> wall time of its last landed run; fenced-out writes."""
     runs: dict[str, list[int]] = {}
-    times: list[float] = []
+    times: dict[str, float] = {}
     fenced = 0
     for path in runs_dir.glob("runs-*.log"):
         for line in path.read_text().splitlines():
             kind, jid, token, at = line.split()
             if kind == "ran":
                 runs.setdefault(jid, []).append(int(token))
-                times.append(float(at))
+                times[jid] = max(times.get(jid, 0.0), float(at))
             else:
                 fenced += 1
-    return runs, sorted(times), fenced
+    return runs, times, fenced
+
+
+def longest_pause(times: list[float], since: float) -> float:
+    """The longest time without a landed run from ``since`` on (to the last run)."""
+    after = sorted(t for t in times if t >= since)
+    return max((b - a for a, b in zip([since, *after], after)), default=0.0)
 
 
 def most_in_window(times: list[float], window: float) -> int:
@@ -169,7 +175,8 @@ class Report:
     effects: int
     fenced_out_writes: int
     bound: int
-    recover_seconds: float  # the longest pause in landed runs from the fault on
+    recover_seconds: float  # the longest pause in landed runs of "work" from the fault on
+    side_pause: float  # the same for the queues on the other primaries
     side_lost: int  # tasks of the other queues not run
     pool_log: str
     producer_other: list[str]
@@ -181,7 +188,8 @@ class Report:
             f"(bound {self.bound}) counted_twice={self.counted_twice} "
             f"stale_effects={len(self.stale_effects)} "
             f"processed={self.processed} effects={self.effects} fenced_out_writes={self.fenced_out_writes} "
-            f"recover={self.recover_seconds:.2f}s side_lost={self.side_lost}"
+            f"recover={self.recover_seconds:.2f}s side_pause={self.side_pause:.2f}s "
+            f"side_lost={self.side_lost}"
         )
 
 
@@ -244,8 +252,8 @@ def run_fault(
                 thread.stop()
         pool.stop()
     runs, times, fenced = read_runs(runs_dir)
-    after = [t for t in times if t >= t_fault]
-    gaps = [b - a for a, b in zip([t_fault, *after], after)]
+    side_times = [t for jid, t in times.items() if jid in side_acked]
+    work_times = [t for jid, t in times.items() if jid not in side_acked]
     lost = sorted(acknowledged - known - set(effects))
     stale = sorted(jid for jid, token in effects.items() if token != max(runs.get(jid, [token])))
     return Report(
@@ -259,7 +267,8 @@ def run_fault(
         effects=len(effects),
         fenced_out_writes=fenced,
         bound=most_in_window(list(report.accepted_at.values()), LOSS_WINDOW),
-        recover_seconds=max(gaps, default=0.0),
+        recover_seconds=longest_pause(work_times, t_fault),
+        side_pause=longest_pause(side_times, t_fault),
         side_lost=len(set(side_acked) - side_done),
         pool_log=pool.output(),
         producer_other=report.other,
