@@ -281,7 +281,8 @@ def check(report: Report, *, lossless: bool) -> None:
     assert report.producer_other == [], (
         f"the producer saw non-StoreError exceptions: {report.producer_other[:5]}"
     )
-    assert all("StoreError" in m or "Redirected" in m or "TryAgain" in m for m in report.producer_errors), (
+    store_errors = ("StoreError", "Redirected", "TryAgain", "NodeLost")  # NodeLost... are StoreErrors
+    assert all(m.startswith(store_errors) for m in report.producer_errors), (
         report.producer_errors[:5]
     )
     if lossless:

@@ -14,10 +14,17 @@ Redirects are followed, never re-sent blindly (I4): ``MOVED`` means the node
 did not run the command, so the map is read again and the call goes to the
 new owner; ``ASK`` (a slot being migrated) sends that call once to the named
 node behind ``ASKING``; ``TRYAGAIN`` (a migration has split the call's keys)
-waits a little and sends it again, since it did not run. A connection that
-fails closes the whole link, as a single connection would: replies lost on
-one node may have been claims or acks that landed, so the owner reconnects
-and reconciles (the consumer's rule), whatever node the failure was on.
+waits a little and sends it again, since it did not run.
+
+A node that fails fails alone: the calls sent to it get
+:class:`~fencekit._redis.run.NodeLost` (a ``StoreError``: they may have run)
+in their slots, the other nodes' replies arrive as usual, and the link stays
+open. The node is then left alone for a short back-off (100 ms doubling to
+:data:`NODE_RETRY_MAX`; its calls fail at once meanwhile, so a node that
+hangs does not hold up the others' work on every turn), and the slot map is
+read again from the nodes still answering, so a replica the cluster promotes
+is found without waiting for a ``MOVED``. The consumer reconciles the queues
+of that node only (:mod:`fencekit.queue.consumer`).
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ from redis.crc import key_slot
 from redis.exceptions import AskError, MovedError, TryAgainError
 
 from fencekit._redis.hotpath import LeanConnection
-from fencekit._redis.run import Redirected, TryAgain, as_text, translate_error
+from fencekit._redis.run import NodeLost, Redirected, TryAgain, as_text, translate_error
 from fencekit._redis.scripts import Call
 from fencekit._redis.url import RedisTarget
 from fencekit.errors import ConfigError, FenceKitError, StoreError
@@ -52,9 +59,14 @@ Address = tuple[str, int]
 
 MAX_REDIRECTS = 5
 """Redirects one call may follow before the link gives up (a map that keeps moving)."""
+NODE_RETRY_MIN = 0.1
+NODE_RETRY_MAX = 0.5
+"""After a node failed, its calls fail at once for this long (doubling from :data:`NODE_RETRY_MIN`)."""
 TRYAGAIN_PAUSE = 0.02
-TRYAGAIN_LIMIT = 150
-"""``TRYAGAIN`` retries of one call (x :data:`TRYAGAIN_PAUSE`: about 3 s of a migration)."""
+TRYAGAIN_LIMIT = 25
+"""``TRYAGAIN`` retries of one call (x :data:`TRYAGAIN_PAUSE`: about 0.5 s of a migration); then the
+``TryAgain`` stays in its slot: a consumer sends that settle or claim with its next turn, so one queue
+whose keys are being moved holds the others' turns up by half a second at most."""
 
 
 def slot_of(key: str | bytes) -> int:
@@ -214,6 +226,7 @@ class ClusterLink:
         self._opening: dict[Address, asyncio.Task[LeanConnection]] = {}
         self._closed = False
         self._refreshing: asyncio.Task[None] | None = None
+        self._down: dict[Address, tuple[float, float]] = {}  # node -> (failing fast until, next back-off)
         self.redirects = {"moved": 0, "ask": 0, "tryagain": 0}
         """How many times this link followed each answer (map reads, ASK sends, TRYAGAIN pauses)."""
 
@@ -250,8 +263,9 @@ class ClusterLink:
                     await self._refresh()
             except TryAgain:
                 pass
-            except StoreError:
-                self._fail_if_closed(conn)
+            except StoreError as exc:
+                if conn.closed:
+                    raise self._node_failed(_address(conn), exc) from exc
                 raise
         (reply,) = await self._route((call,))
         if isinstance(reply, BaseException):
@@ -312,16 +326,18 @@ class ClusterLink:
             raise ConfigError(f"{name or 'an empty command'} has no key to route it by on a Redis Cluster")
         slot = slot_of(_key_bytes(args[1]))
         for _ in range(MAX_REDIRECTS + 1):
-            conn = await self._conn(self._map.owner(slot))
+            address = self._map.owner(slot)
+            conn = await self._node(address)
             try:
                 return await conn.execute(*args, timeout=timeout)
             except Redirected as exc:
                 self.redirects["ask" if exc.kind == "ASK" else "moved"] += 1
                 if exc.kind == "ASK":
-                    return await (await self._conn(exc.address)).execute_asking(*args, timeout=timeout)
+                    return await (await self._node(exc.address)).execute_asking(*args, timeout=timeout)
                 await self._refresh()
-            except StoreError:
-                self._fail_if_closed(conn)
+            except StoreError as exc:
+                if conn.closed:
+                    raise self._node_failed(address, exc) from exc
                 raise
         raise StoreError(
             f"{name} on slot {slot}: more than {MAX_REDIRECTS} redirects (the slot keeps moving)"
@@ -335,11 +351,13 @@ class ClusterLink:
         slot = slot_of(_key_bytes(command[1]))
         if any(self._slot(call) != slot for call in calls):
             raise ConfigError("block_then on a Redis Cluster needs every call in the blocking command's slot")
-        conn = await self._conn(self._map.owner(slot))
+        address = self._map.owner(slot)
+        conn = await self._node(address)
         try:
             return await conn.block_then(command, calls, timeout)
-        except StoreError:
-            self._fail_if_closed(conn)
+        except StoreError as exc:
+            if conn.closed:
+                raise self._node_failed(address, exc) from exc
             raise
 
     async def aclose(self) -> None:
@@ -361,33 +379,73 @@ class ClusterLink:
         return self._map.owner(self._slot(call))
 
     async def _send_part(self, address: Address, calls: list[Call], asking: bool) -> list[Any]:
-        """``calls`` on one node in one write (behind ``ASKING`` each, for an ``ASK``)."""
-        conn = await self._conn(address)
+        """``calls`` on one node in one write (behind ``ASKING`` each, for an ``ASK``).
+
+        A failure of the node comes back as :class:`NodeLost` in each of its
+        calls' slots (the module docstring says why it is not raised).
+        """
+        try:
+            conn = await self._node(address)
+        except NodeLost as exc:
+            return [exc] * len(calls)
         try:
             if not asking:
-                return await conn.pipeline(calls)
-            replies: list[Any] = []
-            for call in calls:  # ASK redirects are rare: one round trip each
-                try:
-                    replies.append(await conn.call_asking(call))
-                except FenceKitError as exc:
-                    if conn.closed:
-                        raise
-                    replies.append(exc)
-            return replies
-        except StoreError:
-            self._fail_if_closed(conn)
-            raise
+                replies = await conn.pipeline(calls)
+            else:
+                replies = []
+                for call in calls:  # ASK redirects are rare: one round trip each
+                    try:
+                        replies.append(await conn.call_asking(call))
+                    except FenceKitError as exc:
+                        if conn.closed:
+                            raise
+                        replies.append(exc)
+        except StoreError as exc:
+            if not conn.closed:
+                raise
+            return [self._node_failed(address, exc)] * len(calls)
+        self._down.pop(address, None)
+        return replies
 
     async def _gather(self, parts: list[Any]) -> list[Any]:
-        """Await ``parts`` together; the first failure closes the link and is raised after all settle."""
+        """Await ``parts`` together; a part that raised (not a node's failure: a bug) is raised after all."""
         results = await asyncio.gather(*parts, return_exceptions=True)
         for result in results:
             if isinstance(result, BaseException):
-                if isinstance(result, StoreError):
-                    self._fail()
                 raise result
         return results
+
+    async def _node(self, address: Address) -> LeanConnection:
+        """The connection to ``address``; :class:`NodeLost` while it is backing off or cannot connect."""
+        down = self._down.get(address)
+        if down is not None and asyncio.get_running_loop().time() < down[0]:
+            raise NodeLost(f"Redis Cluster node {address[0]}:{address[1]} failed just now; retrying shortly")
+        try:
+            return await self._conn(address)
+        except NodeLost:
+            raise
+        except StoreError as exc:
+            if self._closed:
+                raise
+            raise self._node_failed(address, exc) from exc
+
+    def _node_failed(self, address: Address, exc: BaseException) -> NodeLost:
+        """Forget the node's connection, back off from it, read the slot map again (in the background)."""
+        conn = self._conns.pop(address, None)
+        if conn is not None:
+            conn.close()
+        now = asyncio.get_running_loop().time()
+        _, pause = self._down.get(address, (0.0, NODE_RETRY_MIN))
+        self._down[address] = (now + pause, min(pause * 2, NODE_RETRY_MAX))
+        if self._refreshing is None or self._refreshing.done():
+            self._refreshing = asyncio.ensure_future(self._read_map_quietly())
+        return NodeLost(f"Redis Cluster node {address[0]}:{address[1]}: {exc}")
+
+    async def _read_map_quietly(self) -> None:
+        try:
+            await self._read_map()
+        except FenceKitError:
+            pass  # no node answers yet: the next failure tries again
 
     async def _conn(self, address: Address) -> LeanConnection:
         if self._closed:
@@ -402,9 +460,6 @@ class ClusterLink:
             self._opening[address] = task
         try:
             conn = await asyncio.shield(task)
-        except StoreError:
-            self._fail()
-            raise
         finally:
             if task.done():
                 self._opening.pop(address, None)
@@ -434,20 +489,6 @@ class ClusterLink:
         slots, conn = await read_slot_map(self._target, name=self._name)
         self._map = slots
         conn.close()
-
-    def _fail_if_closed(self, conn: LeanConnection) -> None:
-        """After a failed request: when ``conn`` closed (the connection failed), close the link."""
-        if conn.closed:
-            self._fail()
-
-    def _fail(self) -> None:
-        """A node's connection failed: close every connection (the module docstring says why)."""
-        if self._closed:
-            return
-        self._closed = True
-        for conn in self._conns.values():
-            conn.close()
-        self._conns.clear()
 
 
 _KEYED = frozenset(("BLPOP", "HGETALL", "LLEN", "GET", "HGET", "EXISTS", "DEL", "LPUSH", "RPUSH", "ZCARD"))

@@ -35,6 +35,7 @@ from fencekit.errors import FenceKitError, StoreError, script_error
 
 __all__ = [
     "Durability",
+    "NodeLost",
     "Redirected",
     "TryAgain",
     "apipeline",
@@ -62,6 +63,14 @@ class Redirected(StoreError):
         self.kind = kind
         self.slot = slot
         self.address = address
+
+
+class NodeLost(StoreError):
+    """One Redis Cluster node could not be reached or its connection failed; the others are unaffected.
+
+    Like any lost reply, the request may have run on that node and is not
+    re-sent. The cluster link puts it in the slots of that node's calls only.
+    """
 
 
 class TryAgain(StoreError):

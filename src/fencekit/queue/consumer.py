@@ -46,7 +46,7 @@ from fencekit._redis import scripts
 from fencekit._redis.clients import watch_of
 from fencekit._redis.keys import KeySpace
 from fencekit._redis.link import Link, open_link, wait_replicas
-from fencekit._redis.run import Durability
+from fencekit._redis.run import Durability, NodeLost
 from fencekit._redis.url import RedisTarget
 from fencekit.errors import ConfigError, StoreError
 from fencekit.hooks import FenceKitHooks, check_hooks
@@ -69,6 +69,8 @@ from fencekit.queue.worker import WorkerRegistry
 __all__ = ["Consumer", "ConsumerStats"]
 
 LEASE_RECHECK = 0.1
+NODE_LOST_PAUSE = 0.05
+"""After a turn that met a failed cluster node: the next turn waits this long unless a task ends first."""
 
 
 class Consumer(Turns, WakeClaims):
@@ -151,6 +153,8 @@ class Consumer(Turns, WakeClaims):
         self._stopping = False
         self._stopped = asyncio.Event()
         self._reconcile = False
+        self._reconcile_queues: set[str] = set()  # a cluster node's queues whose claim reply was lost
+        self._node_lost = False  # the last turn met a failed cluster node (queue.turns)
         self._lease_blocked = False
         self._link: Link | None = None
         self._backoff = Backoff(logger, f"consumer {consumer_id}: claiming")
@@ -242,7 +246,7 @@ class Consumer(Turns, WakeClaims):
                 continue
             try:
                 link = await self._connected()
-                if self._reconcile:
+                if self._reconcile or self._reconcile_queues:
                     await self._do_reconcile(link, turn)
                 if self._observer is not None:
                     self._observer.claimed_ns = time.time_ns()
@@ -256,6 +260,9 @@ class Consumer(Turns, WakeClaims):
             self._absorb(turn, replies)
             if self.durable is not None and turn.settles:
                 await self._wait_replicas(link, self.durable)
+            if self._node_lost:  # a cluster node is down: no busy loop over its outcomes while idle
+                self._node_lost = False
+                await self._sleep_or_stop(NODE_LOST_PAUSE)
 
     def _unsettled(self) -> set[tuple[str, int]]:
         return set(self._running) | self.outbox.outcomes()
@@ -326,18 +333,28 @@ class Consumer(Turns, WakeClaims):
         """Return in-flight tasks this consumer does not know it runs (lost claim replies).
 
         Known are the tasks running, and those whose outcome waits to be
-        sent: in this turn or a later one.
+        sent: in this turn or a later one. Every queue after a lost
+        connection; on a cluster, after one node failed, that node's queues
+        (a queue whose node still fails waits for the next turn).
         """
-        for queue in self.queues:
+        queues = self.queues if self._reconcile else [q for q in self.queues if q in self._reconcile_queues]
+        left: set[str] = set()
+        for queue in queues:
             known = {t for (q, t) in self._running if q == queue}
             known |= self.outbox.waiting(queue) | turn.tokens(queue)
-            calls = await self._unfinished_calls(link, queue, skip=known)
-            if calls:
-                await link.pipeline(calls)
-                self.logger.warning(
-                    "returned %d task(s) of a lost claim reply to queue %s", len(calls), queue
-                )
+            try:
+                calls = await self._unfinished_calls(link, queue, skip=known)
+                replies = await link.pipeline(calls) if calls else []
+            except NodeLost:
+                left.add(queue)
+                continue
+            if any(isinstance(reply, NodeLost) for reply in replies):
+                left.add(queue)
+            returned = sum(1 for reply in replies if not isinstance(reply, BaseException))
+            if returned:
+                self.logger.warning("returned %d task(s) of a lost claim reply to queue %s", returned, queue)
         self._reconcile = False
+        self._reconcile_queues = left
 
     async def _unfinished_calls(
         self, link: Link, queue: str, skip: Collection[int] = ()
@@ -359,14 +376,21 @@ class Consumer(Turns, WakeClaims):
                 turn = self.outbox.take(None, 0)
                 self._absorb(turn, await link.pipeline(turn.calls))
             returned = 0
+            unreachable: list[str] = []  # a cluster's queues whose node is down: the others are returned
             for queue in self.queues:
-                calls = await self._unfinished_calls(link, queue)
-                if calls:
-                    results = await link.pipeline(calls)
-                    returned += sum(1 for r in results if not isinstance(r, BaseException))
+                try:
+                    calls = await self._unfinished_calls(link, queue)
+                    results = await link.pipeline(calls) if calls else []
+                except NodeLost as exc:
+                    unreachable.append(f"queue {queue}: {exc}")
+                    continue
+                returned += sum(1 for r in results if not isinstance(r, BaseException))
+                unreachable += [f"queue {queue}: {r}" for r in results if isinstance(r, NodeLost)][:1]
             self.stats.returned += returned
             if returned:
                 self.logger.info("returned %d unfinished task(s) to their queues", returned)
+            if unreachable:
+                raise StoreError("; ".join(unreachable))
         except StoreError as exc:
             self.logger.error(
                 "could not return unfinished tasks (they stay in flight until the reaper returns them): %s",

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from fencekit._redis import scripts
 from fencekit._redis.keys import QueueKeys
-from fencekit._redis.run import Redirected, TryAgain
+from fencekit._redis.run import NodeLost, Redirected, TryAgain
 from fencekit.errors import FencedOutError
 from fencekit.queue.observe import Observer
 from fencekit.queue.outbox import AckClaim, Outbox, Settle, Turn
@@ -55,6 +55,8 @@ class Turns:
     _lease_blocked: bool
     _refusals: Refusals
     _observer: Observer | None
+    _reconcile_queues: set[str]
+    _node_lost: bool
 
     if TYPE_CHECKING:
 
@@ -111,6 +113,15 @@ class Turns:
 
     def _absorb_ack_claim(self, item: AckClaim, reply: Any) -> None:
         queue = item.queue
+        if isinstance(reply, NodeLost):
+            # Redis Cluster: this queue's node failed; the claim may have landed there, so this
+            # queue is reconciled before its next claim (the other nodes' queues go on).
+            self.logger.warning("ack/claim on queue %s: %s", queue, reply)
+            self.outbox.restore_acks(item)
+            self._reconcile_queues.add(queue)
+            self._empty.add(queue)
+            self._node_lost = True
+            return
         if isinstance(reply, BaseException):
             # A script error here is a bug or a foreign key type (or, on a cluster, a slot that
             # is moving: the script did not run): keep going, log it.
@@ -162,9 +173,11 @@ class Turns:
 
     def _absorb_settle(self, item: Settle, reply: Any) -> None:
         key = (item.queue, item.token)
-        if isinstance(reply, (TryAgain, Redirected)):
-            # Redis Cluster: the slot is moving and the script did not run; it goes with the next turn.
+        if isinstance(reply, (TryAgain, Redirected, NodeLost)):
+            # Redis Cluster: the slot is moving (the script did not run) or its node failed (it may
+            # have run: sent again, a settle that landed is refused as stale): the next turn takes it.
             self.outbox.restore_settle(item)
+            self._node_lost = self._node_lost or isinstance(reply, NodeLost)
             return
         if self._observer is not None:
             if isinstance(reply, FencedOutError):
