@@ -12,7 +12,8 @@ are written once for ``Client`` and ``SyncClient``, as ``fencekit.sql._run``
 does for SQL.
 
 One batch is run by :func:`batch_steps` over a raw executor (one pipeline,
-or the bare command when the batch holds one op): a script missing on the
+or the bare command when the batch holds one op; on a Redis Cluster client,
+one per node: :mod:`fencekit._redis.cluster_batches`): a script missing on the
 server (``NOSCRIPT``, so it did not run) is loaded and only the missing calls
 run again, in one more round trip (after the rest of their batch); errors are
 translated (:func:`~fencekit._redis.run.translate_error`); nothing is re-sent
@@ -36,7 +37,20 @@ from redis.exceptions import NoScriptError, ResponseError
 from fencekit._redis.run import Durability, translate_error, translated
 from fencekit._redis.scripts import Call
 
-__all__ = ["Batch", "Cmd", "Steps", "adrive", "arun_batch", "batch_steps", "cmd", "drive", "run_batch"]
+__all__ = [
+    "Batch",
+    "Cmd",
+    "Op",
+    "Steps",
+    "adrive",
+    "aexecute_ops",
+    "arun_batch",
+    "batch_steps",
+    "cmd",
+    "drive",
+    "execute_ops",
+    "run_batch",
+]
 
 T = TypeVar("T")
 
@@ -109,7 +123,8 @@ def _queue(target: Any, op: Op) -> Any:
     return getattr(target, op.method)(*op.args, **op.kwargs)
 
 
-def _execute(client: redis.Redis, ops: list[Op]) -> list[Any]:
+def execute_ops(client: redis.Redis, ops: list[Op]) -> list[Any]:
+    """The raw executor on one plain client: one pipeline (the bare command for one op), errors in slots."""
     if len(ops) == 1:
         try:
             return [_queue(client, ops[0])]
@@ -121,7 +136,8 @@ def _execute(client: redis.Redis, ops: list[Op]) -> list[Any]:
     return list(pipe.execute(raise_on_error=False))
 
 
-async def _aexecute(client: redis.asyncio.Redis, ops: list[Op]) -> list[Any]:
+async def aexecute_ops(client: redis.asyncio.Redis, ops: list[Op]) -> list[Any]:
+    """:func:`execute_ops` on an asyncio client."""
     if len(ops) == 1:
         try:
             return [await _queue(client, ops[0])]
@@ -133,26 +149,41 @@ async def _aexecute(client: redis.asyncio.Redis, ops: list[Op]) -> list[Any]:
     return list(await pipe.execute(raise_on_error=False))
 
 
+_SYNC_CLUSTER: tuple[type, ...] = (redis.RedisCluster,)
+_ASYNC_CLUSTER: tuple[type, ...] = (redis.asyncio.RedisCluster,)
+"""redis-py's cluster clients, typed as the plain ones (``fencekit._redis.clients``): one check per batch."""
+
+
 def run_batch(client: redis.Redis, batch: Batch) -> list[Any]:
     """The replies of ``batch`` run on a synchronous client (see :func:`batch_steps`)."""
+    execute: Callable[[Any, list[Op]], list[Any]] = execute_ops
+    if isinstance(client, _SYNC_CLUSTER):
+        from fencekit._redis import cluster_batches  # builds on this module
+
+        execute = cluster_batches.execute
     steps = batch_steps(batch)
     with translated():
         try:
             ops = next(steps)
             while True:
-                ops = steps.send(_execute(client, ops))
+                ops = steps.send(execute(client, ops))
         except StopIteration as done:
             return cast("list[Any]", done.value)
 
 
 async def arun_batch(client: redis.asyncio.Redis, batch: Batch) -> list[Any]:
     """The replies of ``batch`` run on an asyncio client (see :func:`batch_steps`)."""
+    execute: Callable[[Any, list[Op]], Awaitable[list[Any]]] = aexecute_ops
+    if isinstance(client, _ASYNC_CLUSTER):
+        from fencekit._redis import cluster_batches  # builds on this module
+
+        execute = cluster_batches.aexecute
     steps = batch_steps(batch)
     with translated():
         try:
             ops = next(steps)
             while True:
-                ops = steps.send(await _aexecute(client, ops))
+                ops = steps.send(await execute(client, ops))
         except StopIteration as done:
             return cast("list[Any]", done.value)
 

@@ -7,7 +7,10 @@ fenced writes are refused) and publishes ``"<jid> <token>"`` on the queue's
 queue's node). Each consumer listens on the channels of its queues over a
 pub/sub connection of its own and cancels the coroutine of a delivery it
 runs. A message lost while the connection is down costs nothing but time:
-the delivery was already fenced out in Redis.
+the delivery was already fenced out in Redis. On a Redis Cluster the
+channels of queues on different primaries are heard over one subscription
+per node (:func:`fencekit._redis.cluster_pubsub.sharded_pubsub`), followed
+when a queue's slot moves.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 
 import redis.asyncio
 
+from fencekit._redis.cluster_pubsub import sharded_pubsub
 from fencekit._redis.run import as_text
 from fencekit.queue.loops import Backoff
 
@@ -27,7 +31,11 @@ __all__ = ["CancelListener"]
 
 
 class CancelListener:
-    """Calls ``on_cancel(queue, jid, token)`` for every cancel published on ``channels``."""
+    """Calls ``on_cancel(queue, jid, token)`` for every cancel published on ``channels``.
+
+    ``subscribed`` is set once every channel's subscription is confirmed, and
+    cleared while the connection is down.
+    """
 
     def __init__(
         self,
@@ -43,6 +51,7 @@ class CancelListener:
         self._on_cancel = on_cancel
         self._backoff = Backoff(logger, f"consumer {name}: listening for cancels")
         self._pubsub: Any = None
+        self._confirmed: set[str] = set()
         self.subscribed = asyncio.Event()
 
     async def run(self) -> None:
@@ -50,13 +59,14 @@ class CancelListener:
         while True:
             try:
                 if self._pubsub is None:
-                    self._pubsub = self._redis.pubsub()
+                    self._pubsub = sharded_pubsub(self._redis)
                     await self._pubsub.ssubscribe(*self.channels)
                 message = await self._pubsub.get_message(timeout=1.0)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 self.subscribed.clear()
+                self._confirmed.clear()
                 await self._drop()
                 await asyncio.sleep(self._backoff.failed(exc))
                 continue
@@ -67,7 +77,9 @@ class CancelListener:
     def _handle(self, message: dict[str, Any]) -> None:
         kind = as_text(message.get("type", b""))
         if kind == "ssubscribe":
-            self.subscribed.set()
+            self._confirmed.add(as_text(message.get("channel", b"")))
+            if self._confirmed.issuperset(self.channels):
+                self.subscribed.set()
             return
         if kind != "smessage":
             return

@@ -12,9 +12,11 @@ ones (:func:`read_job`, :func:`cancel_job`: on an asyncio client).
 the ack that finishes a recorded task publishes its jid on the queue's
 ``P:{Q}:done`` channel (``SPUBLISH``, so on Redis Cluster it stays on the
 queue's node), and every ``Client.result()`` waiting on that queue is woken
-by it. A wait subscribes first, then reads the record, so a finish between
-the two is never missed; if the connection drops, every waiter is woken to
-read again, and a slow safety re-read covers a message lost anyway.
+by it (on a Redis Cluster over one subscription per node:
+:func:`fencekit._redis.cluster_pubsub.sharded_pubsub`). A wait subscribes
+first, then reads the record, so a finish between the two is never missed;
+if the connection drops, every waiter is woken to read again, and a slow
+safety re-read covers a message lost anyway.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any, NamedTuple
 import redis.asyncio
 
 from fencekit._redis import scripts
+from fencekit._redis.cluster_pubsub import sharded_pubsub
 from fencekit._redis.keys import MAX_JID, KeySpace, is_jid
 from fencekit._redis.run import as_text
 from fencekit._redis.steps import Batch, Steps, adrive, cmd
@@ -225,7 +228,7 @@ class ResultWaiter:
 
     async def _subscribe(self, channel: str) -> None:
         if self._pubsub is None:
-            self._pubsub = self._redis.pubsub()
+            self._pubsub = sharded_pubsub(self._redis)
         await self._pubsub.ssubscribe(channel)
         if self._listener is None or self._listener.done():
             self._listener = asyncio.get_running_loop().create_task(self._listen(), name="fencekit-results")

@@ -23,7 +23,11 @@ actions (:mod:`fencekit.queue.handle_steps`), driven here by
   (``SSUBSCRIBE`` on the queue's ``P:{Q}:done``; one connection per waiting
   thread), confirmed before the record is read (no lost wake-up), re-reads
   on each message naming its jid and every :data:`~fencekit.queue.results.SAFETY_REREAD`
-  seconds, and stops at ``timeout`` with the built-in ``TimeoutError``.
+  seconds, and stops at ``timeout`` with the built-in ``TimeoutError``. On a
+  Redis Cluster the subscription is on the node of the queue's slot; when
+  that slot moves (the server unsubscribes it, or refuses it with
+  ``MOVED``) the slot map is read again and the wait reads the record again
+  and subscribes where the slot is now.
 """
 
 from __future__ import annotations
@@ -36,11 +40,14 @@ from types import TracebackType
 from typing import Any
 
 import redis
+from redis.exceptions import RedisClusterException
 from typing_extensions import Unpack
 
 from fencekit._redis.clients import close_sync_client, loopless_client
+from fencekit._redis.cluster_pubsub import channel_pubsub, read_slot_map_again
 from fencekit._redis.run import as_text
 from fencekit._redis.steps import Batch, drive, run_batch
+from fencekit.errors import StoreError
 from fencekit.hooks import FenceKitHooks
 from fencekit.queue import handle_steps
 from fencekit.queue.enqueue import Enqueued
@@ -192,15 +199,15 @@ class _Wake:
     def _subscribe(self, until: float) -> None:
         """Subscribe and wait for the confirmation (a finish after it is seen), at most until ``until``."""
         try:
-            self._pubsub = self._client.pubsub()  # type: ignore[no-untyped-call]
+            self._pubsub = channel_pubsub(self._client, self._channel)
             self._pubsub.ssubscribe(self._channel)
             while (left := until - time.monotonic()) > 0:
                 message = self._pubsub.get_message(timeout=left)
                 if message is not None and as_text(message.get("type", b"")) == "ssubscribe":
                     return
-        except (redis.RedisError, OSError) as exc:
+        except (redis.RedisError, OSError, StoreError) as exc:
             self._logger.warning("result wait on %s is not subscribed (%s): re-reading", self._channel, exc)
-            self.close()
+            self._lost()
             return
         self._logger.warning("result wait on %s is not subscribed yet: re-reading", self._channel)
 
@@ -214,13 +221,25 @@ class _Wake:
         try:
             while (left := until - time.monotonic()) > 0:
                 message = self._pubsub.get_message(timeout=left)
-                if message is None or as_text(message.get("type", b"")) != "smessage":
+                kind = None if message is None else as_text(message.get("type", b""))
+                if kind == "sunsubscribe":  # the server's: the queue's slot moved to another node
+                    self._lost()
+                    return  # read again, then subscribe where the slot is now
+                if message is None or kind != "smessage":
                     continue
                 if self._jid in as_text(message["data"]).split():  # one message per ack: its jids
                     return
         except (redis.RedisError, OSError) as exc:
             self._logger.warning("result channel %s failed (%s): re-reading", self._channel, exc)
-            self.close()
+            self._lost()
+
+    def _lost(self) -> None:
+        """Drop the subscription; on a cluster read the slot map again (the slot moved, or a node failed)."""
+        self.close()
+        try:
+            read_slot_map_again(self._client)
+        except (redis.RedisError, RedisClusterException, OSError) as exc:
+            self._logger.warning("reading the Redis Cluster's slot map failed (%s)", exc)
 
     def close(self) -> None:
         if self._pubsub is not None:

@@ -2,8 +2,10 @@
 
 :class:`AdminSource` is the only part of the web layer that talks to Redis.
 It reads the same keys the queue uses (``keys.py``) through an asyncio
-redis-py client, in three pipelined round trips, so ``/admin`` and
-``/metrics`` show exactly what ``Client``/``Queue`` would report:
+redis-py client, in three pipelined round trips (batches of
+:mod:`fencekit._redis.steps`, so on a Redis Cluster each node's share of a
+read is one pipeline of its own), so ``/admin`` and ``/metrics`` show
+exactly what ``Client``/``Queue`` would report:
 
 1. the registry: known queues, registered consumers with their info, their
    last beats, and Redis's own clock (beat ages are measured on the clock
@@ -43,7 +45,7 @@ from fencekit._redis import scripts
 from fencekit._redis.clients import aclose_client, async_client
 from fencekit._redis.keys import DEFAULT_PREFIX, KeySpace, validate_queue
 from fencekit._redis.run import as_text, translated
-from fencekit._redis.steps import adrive
+from fencekit._redis.steps import Batch, Op, adrive, arun_batch, cmd
 from fencekit._redis.url import RedisTarget, parse_url
 from fencekit.errors import StoreError
 from fencekit.queue.handle import DeadLetter, Queue, QueueStats, ScheduledTask
@@ -197,13 +199,17 @@ class AdminSource:
 
     async def _read(self) -> Snapshot:
         keys = self.keys
-        with translated():
-            pipe = self.redis.pipeline(transaction=False)
-            pipe.smembers(keys.queues)
-            pipe.hgetall(keys.consumers)
-            pipe.zrange(keys.beats, 0, -1, withscores=True)
-            pipe.time()
-            known_raw, consumers_raw, beats_raw, (now_s, now_us) = await pipe.execute()
+        known_raw, consumers_raw, beats_raw, (now_s, now_us) = await arun_batch(
+            self.redis,
+            Batch(
+                (
+                    cmd("smembers", keys.queues),
+                    cmd("hgetall", keys.consumers),
+                    cmd("zrange", keys.beats, 0, -1, withscores=True),
+                    cmd("time"),
+                )
+            ),
+        )
         known = {as_text(q) for q in known_raw}
         shown = list(self.queues) if self.queues is not None else sorted(known)
         every = sorted(known | set(shown))
@@ -214,24 +220,20 @@ class AdminSource:
         }
         consumer_ids = sorted(set(records) | set(beats))
 
-        with translated():
-            pipe = self.redis.pipeline(transaction=False)
-            for q in every:
-                pipe.hgetall(keys.queue(q).stats)
-            for q in shown:
-                qk = keys.queue(q)
-                read = scripts.pending_read(pending=qk.pending, envelopes=False)  # every priority list
-                pipe.eval(read.script.source, len(read.keys), *read.keys, *read.args)
-                pipe.zcard(qk.scheduled)
-                pipe.zcard(qk.dead_index)
-            slots: list[tuple[str, str]] = []
-            for cid in consumer_ids:
-                record = records.get(cid)
-                polled = record.queues if record is not None and record.queues is not None else shown
-                for q in polled:
-                    slots.append((cid, q))
-                    pipe.hlen(keys.queue(q).inflight(cid))
-            replies = list(await pipe.execute())
+        ops: list[Op] = [cmd("hgetall", keys.queue(q).stats) for q in every]
+        for q in shown:
+            qk = keys.queue(q)
+            ops.append(scripts.pending_read(pending=qk.pending, envelopes=False))  # every priority list
+            ops.append(cmd("zcard", qk.scheduled))
+            ops.append(cmd("zcard", qk.dead_index))
+        slots: list[tuple[str, str]] = []
+        for cid in consumer_ids:
+            record = records.get(cid)
+            polled = record.queues if record is not None and record.queues is not None else shown
+            for q in polled:
+                slots.append((cid, q))
+                ops.append(cmd("hlen", keys.queue(q).inflight(cid)))
+        replies = await arun_batch(self.redis, Batch(ops))
 
         stats = {q: QueueStats.from_hash(replies[i]) for i, q in enumerate(every)}
         at = len(every)
@@ -304,11 +306,9 @@ class AdminSource:
         """The tasks in the in-flight hashes of ``busy`` (consumer, queue) pairs, longest first."""
         if not busy:
             return ()
-        with translated():
-            pipe = self.redis.pipeline(transaction=False)
-            for cid, q in busy:
-                pipe.hgetall(self.keys.queue(q).inflight(cid))
-            hashes = await pipe.execute()
+        hashes = await arun_batch(
+            self.redis, Batch([cmd("hgetall", self.keys.queue(q).inflight(cid)) for cid, q in busy])
+        )
         rows = []
         for (cid, q), entries in zip(busy, hashes):
             for d in in_flight(entries):
