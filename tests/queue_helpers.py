@@ -276,7 +276,7 @@ SERVER_SCRIPT = textwrap.dedent(
 
     argv: url queue heartbeat_ttl grace
     Its worker records each delivery in Redis (list "events": "pid jid attempt token"),
-    then waits for the key "release"; released, it writes "result" with
+    then waits for the key "release"; released, it writes "{<queue>}:result" with
     set_if_fresh and records a FencedOutError in "fenced:<pid>". It returns
     "A-<pid>" (or "A-<pid>-stale" once fenced out), the task's result.
     """
@@ -284,9 +284,8 @@ SERVER_SCRIPT = textwrap.dedent(
     import os
     import sys
 
-    import redis.asyncio
-
     from fencekit import FencedOutError, Server, current_job
+    from fencekit._redis.clients import aclose_client, async_client
 
     URL, QUEUE, TTL, GRACE = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
     PID = os.getpid()
@@ -299,20 +298,20 @@ SERVER_SCRIPT = textwrap.dedent(
         @classmethod
         async def perform(cls, payload):
             job = current_job()
-            r = redis.asyncio.Redis.from_url(URL)
+            r = async_client(URL)
             try:
                 await r.rpush("events", f"{PID} {job.jid} {job.attempt} {job.token.value}")
                 while not await r.exists("release"):
                     await asyncio.sleep(0.02)
                 try:
-                    await job.set_if_fresh("result", f"A-{PID}")
+                    await job.set_if_fresh("{" + QUEUE + "}:result", f"A-{PID}")
                 except FencedOutError as exc:
                     await r.set(f"fenced:{PID}", repr(exc))
                     return f"A-{PID}-stale"
                 await r.set(f"wrote:{PID}", "1")
                 return f"A-{PID}"
             finally:
-                await r.aclose()
+                await aclose_client(r)
 
 
     server = Server(redis_url=URL, heartbeat_ttl=TTL, grace=GRACE, web_port=0)
@@ -321,9 +320,9 @@ SERVER_SCRIPT = textwrap.dedent(
 
     @server.on_shutdown
     async def mark_shutdown():
-        r = redis.asyncio.Redis.from_url(URL)
+        r = async_client(URL)
         await r.set(f"shutdown-hook:{PID}", "1")
-        await r.aclose()
+        await aclose_client(r)
 
 
     asyncio.run(server.run())

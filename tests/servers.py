@@ -16,7 +16,7 @@ one server; a test module that looks at Redis directly does it through
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import redis
@@ -59,3 +59,22 @@ def check_flavor(server: RedisServer) -> None:
             f"({server.binary}): build it with the server_binary fixture",
             pytrace=False,
         )
+
+
+def nodes(r: Any) -> list[redis.Redis]:
+    """The plain clients of every primary behind ``r`` (``[r]`` for a single server)."""
+    if isinstance(r, redis.RedisCluster):
+        return [node.redis_connection for node in r.get_primaries()]
+    return [r]
+
+
+def node_of(r: Any, key: str) -> redis.Redis:
+    """The plain client of the server holding ``key`` (``r`` itself for a single server)."""
+    if isinstance(r, redis.RedisCluster):
+        return r.get_node_from_key(key).redis_connection
+    return cast(redis.Redis, r)
+
+
+def client_lists(r: Any) -> list[dict[str, Any]]:
+    """``CLIENT LIST`` of every server behind ``r``, one list."""
+    return [c for node in nodes(r) for c in node.client_list()]

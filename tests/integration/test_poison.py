@@ -19,8 +19,8 @@ from pathlib import Path
 
 import orjson
 import pytest
-import redis
 from tests.queue_helpers import eventually, inflight_count, new_server, qkey, running, stats
+from tests.servers import direct
 
 from fencekit import Client, PayloadError, Task, current_job
 from fencekit.testing import RedisServer, wait_until
@@ -56,7 +56,7 @@ def _raw(jid: object) -> bytes:
 async def test_raw_envelopes_with_bad_jids_become_dead_letters_and_the_server_still_stops(
     redis_url: str,
 ) -> None:
-    r = redis.Redis.from_url(redis_url)
+    r = direct(redis_url)
     bad = [jid for jid in BAD_JIDS if jid != "\ud800lone"]  # orjson will not write a lone surrogate
     raws = [_raw(jid) for jid in bad]
     raws.append(
@@ -193,7 +193,7 @@ class Fenced:
 async def test_ten_thousand_fenced_jobs_leave_no_key_per_job(redis_url: str) -> None:
     """A job's fenced write checks its delivery's in-flight record: no per-job fence key, ever
     (and with ``keep_result=0`` no record either)."""
-    r = redis.Redis.from_url(redis_url)
+    r = direct(redis_url)
     server = new_server(redis_url, Fenced, concurrency=64)
     async with Client(redis_url, keep_result=0) as client, running(server):
         for start in range(0, 10_000, 1_000):
@@ -209,7 +209,7 @@ async def test_ten_thousand_fenced_jobs_leave_no_key_per_job(redis_url: str) -> 
 
 async def test_kept_records_are_bounded_by_keep_finished_whatever_the_number_of_jobs(redis_url: str) -> None:
     """With records kept (the default ``keep_result``), a queue holds at most ``keep_finished`` of them."""
-    r = redis.Redis.from_url(redis_url)
+    r = direct(redis_url)
     server = new_server(redis_url, Fenced, concurrency=64, keep_finished=50)
     async with Client(redis_url) as client, running(server):
         for start in range(0, 2_000, 500):

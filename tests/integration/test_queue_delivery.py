@@ -26,6 +26,7 @@ from tests.queue_helpers import (
     stats,
     worker,
 )
+from tests.servers import client_lists
 
 from fencekit import Client, Task, current_job
 from fencekit.queue import waker
@@ -172,7 +173,7 @@ def blocked_on_wake(r: Any, consumer_id: str) -> bool:
     """True while the consumer's wake connection is blocked in BLPOP (the consumer is idle)."""
     return any(
         c.get("name") == f"fk:{consumer_id}:wake" and c.get("cmd") == "blpop" and "b" in c.get("flags", "")
-        for c in r.client_list()
+        for c in client_lists(r)
     )
 
 

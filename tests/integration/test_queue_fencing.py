@@ -27,13 +27,15 @@ from tests.queue_helpers import (
     snapshot,
     stats,
 )
+from tests.servers import direct, node_of, nodes
 
 from fencekit import Client, FencedOutError, StoreError, Task
 from fencekit._redis import scripts
-from fencekit._redis.clients import async_client, sync_client
+from fencekit._redis.clients import aclose_client, async_client, sync_client
+from fencekit._redis.cluster import ClusterLink
 from fencekit._redis.keys import KeySpace, job_resource
 from fencekit._redis.link import open_link
-from fencekit._redis.run import arun, run
+from fencekit._redis.run import NodeLost, arun, run
 from fencekit._redis.url import parse_url
 from fencekit.primitives.fence import AsyncFenceGate
 from fencekit.primitives.tokens import FenceToken
@@ -49,9 +51,10 @@ RETENTION = Retention.of(defaults(ServerSettings))
 
 @pytest.fixture
 def r(redis_url: str) -> Any:
-    client = redis.Redis.from_url(redis_url)
-    # Connected before the test's own clients, which therefore get larger ids (settle_counter).
-    client.first_id = int(client.client_id())
+    client = direct(redis_url)
+    # Connected before the test's own clients, which therefore get larger ids (settle_counter);
+    # on a cluster, per node.
+    client.first_ids = {id(node): int(node.client_id()) for node in nodes(client)}
     yield client
     client.close()
 
@@ -60,7 +63,7 @@ def r(redis_url: str) -> Any:
 async def ar(redis_url: str) -> Any:
     client = async_client(redis_url)
     yield client
-    await client.aclose()
+    await aclose_client(client)
 
 
 async def claim(ar: Any, queue: str, consumer: str, want: int = 1, acks: tuple[int, ...] = ()) -> Any:
@@ -262,9 +265,10 @@ def _not_busy(r: Any) -> bool:
         raise
 
 
-def _clients_under_test(r: Any) -> list[int]:
-    """Ids of the connections opened after ``r``'s that the server still holds."""
-    return [int(c["id"]) for c in r.client_list() if int(c["id"]) > r.first_id]
+def _clients_under_test(r: Any, key: str) -> list[int]:
+    """Ids of the connections opened after ``r``'s that the server holding ``key`` still has."""
+    node = node_of(r, key)
+    return [int(c["id"]) for c in node.client_list() if int(c["id"]) > r.first_ids[id(node)]]
 
 
 async def settle_counter(r: Any, key: str) -> int:
@@ -276,7 +280,7 @@ async def settle_counter(r: Any, key: str) -> int:
     is left, a re-send can no longer be on its way.
     """
     await eventually(lambda: _not_busy(r), timeout=5)
-    await eventually(lambda: not _clients_under_test(r), timeout=5, what="the test's connections closed")
+    await eventually(lambda: not _clients_under_test(r, key), timeout=5, what="the test's connections closed")
     return int(r.get(key))
 
 
@@ -285,7 +289,7 @@ async def test_i4_a_timed_out_script_through_redis_py_async_ran_once(redis_url: 
     # the socket timeout gave up on the reply (the 700 ms script had not answered)
     with pytest.raises(StoreError, match=r"^TimeoutError: Timeout reading from "):
         await arun(client, slow_call("i4:async"))
-    await client.aclose()
+    await aclose_client(client)
     assert await settle_counter(r, "i4:async") == 1
 
 
@@ -305,7 +309,8 @@ async def test_i4_a_timed_out_script_through_the_hot_path_link_ran_once(
     try:
         with pytest.raises(StoreError):
             await link.call(slow_call(f"i4:{kind}"))
-        assert link.closed
+        # one connection closes; a cluster link closes only that node's (NodeLost), the others serve on
+        assert link.closed is not isinstance(link, ClusterLink)
     finally:
         await link.aclose()
     assert await settle_counter(r, f"i4:{kind}") == 1
@@ -314,8 +319,17 @@ async def test_i4_a_timed_out_script_through_the_hot_path_link_ran_once(
 async def test_i4_a_timed_out_pipeline_on_the_lean_link_ran_each_script_once(redis_url: str, r: Any) -> None:
     link = await open_link(parse_url(redis_url + "?socket_timeout=0.2"), kind="lean")
     try:
-        with pytest.raises(StoreError):
-            await link.pipeline([slow_call("i4:p1", 300), slow_call("i4:p2", 300)])
+        try:
+            replies: list[Any] | None = await link.pipeline(
+                [slow_call("i4:p1", 300), slow_call("i4:p2", 300)]
+            )
+        except StoreError:
+            replies = None  # one connection: the pipeline fails as a whole
+        if isinstance(link, ClusterLink):  # each node's calls fail alone, in their slots
+            assert replies is not None
+            assert all(isinstance(reply, NodeLost) for reply in replies), replies
+        else:
+            assert replies is None
     finally:
         await link.aclose()
     assert await settle_counter(r, "i4:p1") == 1

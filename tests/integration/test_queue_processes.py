@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 from tests.queue_helpers import (
     BEATS,
     CONSUMERS,
@@ -25,6 +24,7 @@ from tests.queue_helpers import (
     running,
     stats,
 )
+from tests.servers import direct
 
 from fencekit import Client, FencedOutError, Task, current_job
 
@@ -33,7 +33,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def r(redis_url: str) -> Any:
-    client = redis.Redis.from_url(redis_url)
+    client = direct(redis_url)
     yield client
     client.close()
 
@@ -123,7 +123,7 @@ async def test_a_paused_server_is_fenced_out_when_it_resumes(
         async def perform(cls, payload: dict) -> str:
             job = current_job()
             b_runs.append((job.attempt, job.token.value))
-            await job.set_if_fresh("result", "B")
+            await job.set_if_fresh("{pause}:result", "B")
             return "B's result"
 
     child, jid = await start_holding(tmp_path, redis_url, r, procs, "pause", ttl=1.0)
@@ -134,7 +134,7 @@ async def test_a_paused_server_is_fenced_out_when_it_resumes(
     try:
         server = new_server(redis_url, HoldWorker, heartbeat_ttl=1.0)
         async with running(server):
-            await eventually(lambda: r.get("result") == b"B", timeout=10, what="B re-ran the task")
+            await eventually(lambda: r.get("{pause}:result") == b"B", timeout=10, what="B re-ran the task")
             await eventually(lambda: stats(r, "pause")["processed"] == 1)
             assert not r.hexists(CONSUMERS, child_id)  # reaped while silent: forgotten
             r.set("release", "1")
@@ -151,7 +151,7 @@ async def test_a_paused_server_is_fenced_out_when_it_resumes(
             await eventually(lambda: locate(r, "pause", jid) == [], what="the task nowhere")
             s = stats(r, "pause")
             assert s["processed"] == 1  # exactly once
-            assert r.get("result") == b"B"
+            assert r.get("{pause}:result") == b"B"
             assert not r.exists(f"wrote:{child.pid}")
             async with Client(redis_url=redis_url) as client:
                 # A returned "A-<pid>-stale" after B finished: its ack, result included, was refused

@@ -13,7 +13,6 @@ import uuid
 from typing import Any
 
 import pytest
-import redis
 from tests.queue_helpers import (
     BEATS,
     CONSUMERS,
@@ -28,6 +27,7 @@ from tests.queue_helpers import (
     scheduled,
     stats,
 )
+from tests.servers import direct
 
 import fencekit
 from fencekit import Client, ConfigError, Queue, Server, StoreError, Task, Worker
@@ -35,7 +35,7 @@ from fencekit import Client, ConfigError, Queue, Server, StoreError, Task, Worke
 
 @pytest.fixture
 def r(redis_url: str) -> Any:
-    client = redis.Redis.from_url(redis_url)
+    client = direct(redis_url)
     yield client
     client.close()
 

@@ -13,6 +13,7 @@ own connection (:mod:`fencekit._redis.hotpath`).
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, cast
 
 import redis
@@ -266,8 +267,18 @@ async def check_topology(client: redis.asyncio.Redis, target: RedisTarget) -> No
 
 
 async def aclose_client(client: redis.asyncio.Redis) -> None:
-    """Close an asyncio client, and the sentinel connections and master watch of a Sentinel-managed one."""
+    """Close an asyncio client, and the sentinel connections and master watch of a Sentinel-managed one.
+
+    A cluster client's nodes are disconnected here whatever its state:
+    redis-py 8.1's ``RedisCluster.aclose()`` does nothing while the client
+    waits to re-read the slot map, which a timeout or a lost connection leaves
+    it doing, so every node connection would leak.
+    """
     await client.aclose()  # a watched Sentinel pool stops its master watch too
+    if isinstance(client, redis.asyncio.RedisCluster):
+        manager = client.nodes_manager
+        nodes = [*manager.nodes_cache.values(), *manager.startup_nodes.values()]
+        await asyncio.gather(*(node.disconnect() for node in nodes), return_exceptions=True)
     manager = getattr(getattr(client, "connection_pool", None), "sentinel_manager", None)
     for sentinel in getattr(manager, "sentinels", ()):
         await sentinel.aclose()
