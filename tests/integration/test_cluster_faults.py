@@ -282,9 +282,7 @@ def check(report: Report, *, lossless: bool) -> None:
         f"the producer saw non-StoreError exceptions: {report.producer_other[:5]}"
     )
     store_errors = ("StoreError", "Redirected", "TryAgain", "NodeLost")  # NodeLost... are StoreErrors
-    assert all(m.startswith(store_errors) for m in report.producer_errors), (
-        report.producer_errors[:5]
-    )
+    assert all(m.startswith(store_errors) for m in report.producer_errors), report.producer_errors[:5]
     if lossless:
         assert report.lost == [], f"{len(report.lost)} acknowledged tasks lost: {report.lost[:10]}"
     assert len(report.lost) <= report.bound, (

@@ -83,6 +83,9 @@ def _async_cluster_client(target: RedisTarget, overrides: dict[str, Any]) -> red
     return cast(redis.asyncio.Redis, client)
 
 
+_ASYNC_CLUSTER: tuple[type, ...] = (redis.asyncio.RedisCluster,)  # typed as the plain client here
+
+
 def is_cluster_client(client: object) -> bool:
     """True for a redis-py cluster client (sync or asyncio)."""
     return isinstance(client, (redis.RedisCluster, redis.asyncio.RedisCluster))
@@ -275,8 +278,8 @@ async def aclose_client(client: redis.asyncio.Redis) -> None:
     it doing, so every node connection would leak.
     """
     await client.aclose()  # a watched Sentinel pool stops its master watch too
-    if isinstance(client, redis.asyncio.RedisCluster):
-        manager = client.nodes_manager
+    if isinstance(client, _ASYNC_CLUSTER):
+        manager = cast(Any, client).nodes_manager
         nodes = [*manager.nodes_cache.values(), *manager.startup_nodes.values()]
         await asyncio.gather(*(node.disconnect() for node in nodes), return_exceptions=True)
     manager = getattr(getattr(client, "connection_pool", None), "sentinel_manager", None)

@@ -214,4 +214,3 @@ class Waker:
     async def aclose(self) -> None:
         if self._link is not None:
             await self._link.aclose()
-
