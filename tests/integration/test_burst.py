@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import redis
 from tests.queue_helpers import inflight_count, new_server, qkey, stats
+from tests.servers import direct
 
 from fencekit import Client, Task, current_job
 from fencekit.errors import DrainTimeout
@@ -98,7 +99,7 @@ async def test_a_burst_server_returns_once_every_task_ran_follow_ups_and_retries
     redis_url: str,
 ) -> None:
     _reset()
-    r = redis.Redis.from_url(redis_url)
+    r = direct(redis_url)
     async with Client(redis_url) as client:
         await client.enqueue_many(Task("burst-a", "fan", {"n": 3}) for _ in range(20))
         await client.enqueue_many(Task("burst-a", "flaky", {}) for _ in range(3))
@@ -131,7 +132,7 @@ async def test_a_chain_of_follow_ups_across_two_queues_never_ends_the_run_early(
     own queue busy and the other one empty before the follow-up arrives.
     """
     _reset()
-    r = redis.Redis.from_url(redis_url)
+    r = direct(redis_url)
     hops = 8 if pause else 40
     async with Client(redis_url) as client:
         await client.enqueue(Task("burst-b", "leaf", {"relay": hops, "pause": pause}))
@@ -147,7 +148,7 @@ async def test_a_task_scheduled_far_ahead_keeps_the_run_until_burst_timeout_whic
     redis_url: str,
 ) -> None:
     _reset()
-    r = redis.Redis.from_url(redis_url)
+    r = direct(redis_url)
     async with Client(redis_url) as client:
         await client.enqueue(Task("burst-b", "leaf", {}), delay=3600)
         await client.enqueue(Task("burst-b", "leaf", {}))
@@ -163,7 +164,7 @@ async def test_a_task_scheduled_far_ahead_keeps_the_run_until_burst_timeout_whic
 async def test_one_observation_reads_pending_scheduled_in_flight_and_counters_of_each_queue(
     redis_url: str,
 ) -> None:
-    r = redis.Redis.from_url(redis_url)
+    r = direct(redis_url)
     async with Client(redis_url) as client:
         await client.enqueue(Task("burst-a", "fan", {"n": 0}))
         await client.enqueue(Task("burst-b", "leaf", {}), delay=60)
@@ -242,7 +243,7 @@ def app_dir(tmp_path: Path) -> Path:
 async def test_a_burst_pool_exits_0_after_draining_with_counters_adding_up(
     app_dir: Path, redis_url: str
 ) -> None:
-    r = redis.Redis.from_url(redis_url)
+    r = direct(redis_url)
     async with Client(redis_url) as client:
         await client.enqueue_many(Task("burst-a", "fan", {"n": 5}) for _ in range(100))
     done = _pool(app_dir, redis_url, "--burst", "--concurrency", "4")
@@ -263,7 +264,7 @@ def test_a_burst_pool_on_empty_queues_exits_0_at_once(app_dir: Path, redis_url: 
 async def test_a_burst_pool_with_a_task_scheduled_far_ahead_exits_5_at_burst_timeout_saying_what_is_left(
     app_dir: Path, redis_url: str
 ) -> None:
-    r = redis.Redis.from_url(redis_url)
+    r = direct(redis_url)
     async with Client(redis_url) as client:
         await client.enqueue(Task("burst-b", "leaf", {}), delay=3600)
     done = _pool(app_dir, redis_url, "--burst", "--burst-timeout", "1")
@@ -292,7 +293,7 @@ async def test_an_embedded_burst_pool_stops_by_itself_once_drained_and_wait_retu
 
     monkeypatch.syspath_prepend(str(app_dir))
     monkeypatch.setenv("PYTHONPATH", str(app_dir))
-    r = redis.Redis.from_url(redis_url)
+    r = direct(redis_url)
     async with Client(redis_url) as client:
         await client.enqueue_many(Task("burst-a", "fan", {"n": 2}) for _ in range(10))
     pool = Pool("burstapp:WORKERS", procs=1, redis_url=redis_url, web_port=None, burst=True)

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from tests.queue_helpers import eventually, inflight_count, new_server, qkey, running, stats
+from tests.servers import node_of
 
 from fencekit import Client, FencedOutError, JobCancelled, JobStatus, Task, current_job
 from fencekit.testing import RedisServer, wait_until
@@ -77,7 +78,12 @@ async def test_a_running_task_is_fenced_at_once_and_its_coroutine_cancelled(redi
                 raise
 
     server = new_server(redis_url, Analyse)
+    channel = qkey("analysis", "cancel")
     async with Client(redis_url=redis_url) as client, running(server):
+        # the consumer listens before the task starts (a cancel published earlier is lost: only time)
+        await eventually(
+            lambda: node_of(r, channel).execute_command("PUBSUB", "SHARDNUMSUB", channel)[1] == 1
+        )
         jid = await client.enqueue(Task("analysis", "run"))
         await asyncio.wait_for(started.wait(), 10)
         await asyncio.sleep(0.05)
@@ -227,10 +233,12 @@ async def test_a_consumer_hears_cancels_again_after_its_channel_was_killed(redis
     server = new_server(redis_url, Wait)
     async with Client(redis_url=redis_url) as client, running(server):
         channel = qkey("rehear", "cancel")
-        await eventually(lambda: r.execute_command("PUBSUB", "SHARDNUMSUB", channel)[1] == 1)
-        assert r.client_kill_filter(_type="pubsub") >= 1
         await eventually(
-            lambda: r.execute_command("PUBSUB", "SHARDNUMSUB", channel)[1] == 1,
+            lambda: node_of(r, channel).execute_command("PUBSUB", "SHARDNUMSUB", channel)[1] == 1
+        )
+        assert node_of(r, channel).client_kill_filter(_type="pubsub") >= 1
+        await eventually(
+            lambda: node_of(r, channel).execute_command("PUBSUB", "SHARDNUMSUB", channel)[1] == 1,
             timeout=10,
             what="resubscribed",
         )
@@ -257,12 +265,23 @@ async def test_garbage_on_the_result_and_cancel_channels_breaks_nothing(redis_ur
     async with Client(redis_url=redis_url) as client, running(server):
         jid = await client.enqueue(Task("garbage", "run"))
         waiter = asyncio.ensure_future(client.result(jid, timeout=20))
-        await eventually(lambda: r.execute_command("PUBSUB", "SHARDNUMSUB", qkey("garbage", "done"))[1] == 1)
+        await eventually(
+            lambda: (
+                node_of(r, qkey("garbage", "done")).execute_command(
+                    "PUBSUB", "SHARDNUMSUB", qkey("garbage", "done")
+                )[1]
+                == 1
+            )
+        )
         for junk in (b"\xff\xfe", b"", b"  ", b"x" * 10_000, jid.encode() + b" 12 extra"):
-            r.execute_command("SPUBLISH", qkey("garbage", "done"), junk)
-            r.execute_command("SPUBLISH", qkey("garbage", "cancel"), junk)
-        r.execute_command("SPUBLISH", qkey("garbage", "cancel"), f"{jid} not-a-token")
-        r.execute_command("SPUBLISH", qkey("garbage", "cancel"), f"{jid} 1")  # no such delivery here
+            node_of(r, qkey("garbage", "done")).execute_command("SPUBLISH", qkey("garbage", "done"), junk)
+            node_of(r, qkey("garbage", "cancel")).execute_command("SPUBLISH", qkey("garbage", "cancel"), junk)
+        node_of(r, qkey("garbage", "cancel")).execute_command(
+            "SPUBLISH", qkey("garbage", "cancel"), f"{jid} not-a-token"
+        )
+        node_of(r, qkey("garbage", "cancel")).execute_command(
+            "SPUBLISH", qkey("garbage", "cancel"), f"{jid} 1"
+        )  # no such delivery here
         await asyncio.sleep(0.1)
         assert not waiter.done()
         release.set()

@@ -15,6 +15,7 @@ import pytest
 import redis
 import tests.task_functions_app as tf
 from tests.queue_helpers import eventually, new_server, running, scheduled, stats
+from tests.servers import direct
 
 from fencekit import App, Client, ConfigError, JobFailed, PayloadError, Task
 
@@ -22,7 +23,7 @@ from fencekit import App, Client, ConfigError, JobFailed, PayloadError, Task
 @pytest.fixture
 def r(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[redis.Redis]:
     monkeypatch.setenv("TEST_REDIS_URL", redis_url)
-    client = redis.Redis.from_url(redis_url)
+    client = direct(redis_url)
     yield client
     client.close()
 
