@@ -9,6 +9,7 @@ writes we are counting) and an ``INCR runs:<jid>`` in Redis.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import collections
 import contextlib
 import os
@@ -23,6 +24,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from fencekit import Client, StoreError, Task
 from fencekit.queue.ids import uuid7
@@ -287,6 +290,23 @@ async def close_client(client: Client) -> None:
     manager = getattr(getattr(client.redis, "connection_pool", None), "sentinel_manager", None)
     for conn in getattr(manager, "sentinels", ()):
         await conn.aclose()
+
+
+def most_in_window(times: list[float], window: float) -> int:
+    """The most acknowledgements the producer got within any ``window`` seconds."""
+    times = sorted(times)
+    return max((bisect.bisect_right(times, t + window) - i for i, t in enumerate(times)), default=0)
+
+
+def jids_of(raws: list[Any]) -> set[str]:
+    """The jids of the envelopes among ``raws`` (anything that does not decode is skipped)."""
+    jids: set[str] = set()
+    for raw in raws:
+        try:
+            jids.add(orjson.loads(raw)["jid"])
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            continue
+    return jids
 
 
 def log_lines(text: str, *needles: str) -> list[str]:

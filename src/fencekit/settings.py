@@ -126,8 +126,8 @@ class UrlOption(TypedDict, total=False):
         str,
         Option(
             default_url,
-            "Redis URL: redis://, rediss://, unix:// or redis+sentinel:// (a password is better "
-            "kept in the environment than on a command line; default: the embedded Redis's socket "
+            "Redis URL: redis://, rediss://, unix://, redis+sentinel:// or redis+cluster:// (a password "
+            "is better kept in the environment than on a command line; default: the embedded Redis's socket "
             f"while one runs, else {DEFAULT_URL})",
             check=_url,
             secret=True,

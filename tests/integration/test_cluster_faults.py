@@ -27,18 +27,15 @@ Each scenario prints its report (``pytest -s``).
 
 from __future__ import annotations
 
-import bisect
 import textwrap
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import orjson
 import pytest
 import redis
-from tests.fault_helpers import PoolRunner, Producer
+from tests.fault_helpers import PoolRunner, Producer, jids_of, most_in_window
 
 from fencekit import Task
 from fencekit._redis.clients import sync_client
@@ -126,32 +123,17 @@ def longest_pause(times: list[float], since: float) -> float:
     return max((b - a for a, b in zip([since, *after], after)), default=0.0)
 
 
-def most_in_window(times: list[float], window: float) -> int:
-    times = sorted(times)
-    return max((bisect.bisect_right(times, t + window) - i for i, t in enumerate(times)), default=0)
-
-
-def _jids(raws: list[Any]) -> set[str]:
-    jids: set[str] = set()
-    for raw in raws:
-        try:
-            jids.add(orjson.loads(raw)["jid"])
-        except (orjson.JSONDecodeError, KeyError, TypeError):
-            continue
-    return jids
-
-
 def _unfinished(r: redis.Redis, queue: str) -> set[str]:
     raws = list(r.lrange(f"fencekit:{{{queue}}}:pending", 0, -1))
     raws += list(r.zrange(f"fencekit:{{{queue}}}:scheduled", 0, -1))
     for key in r.scan_iter(f"fencekit:{{{queue}}}:inflight:*"):
         raws += list(r.hvals(key))
-    return _jids(raws)
+    return jids_of(raws)
 
 
 def _dead(r: redis.Redis, queue: str) -> set[str]:
     dead = r.hgetall(f"fencekit:{{{queue}}}:dead")
-    return _jids([v for k, v in dead.items() if not k.endswith(b":why")])
+    return jids_of([v for k, v in dead.items() if not k.endswith(b":why")])
 
 
 def _effects(r: redis.Redis, queue: str, jids: set[str]) -> dict[str, int]:

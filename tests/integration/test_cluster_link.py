@@ -11,26 +11,22 @@ times it ran).
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+from tests.cluster_helpers import KEYS, enqueue, migrating, queues_on_every_master
 
 from fencekit import Server
-from fencekit._redis import scripts
 from fencekit._redis.cluster import ClusterLink, slot_of
-from fencekit._redis.keys import KeySpace, QueueKeys
 from fencekit._redis.link import open_link
 from fencekit._redis.run import NodeLost
 from fencekit._redis.url import parse_url
 from fencekit.errors import ConfigError, StoreError
 from fencekit.testing import RedisServer
 from fencekit.testing.cluster import LocalCluster
-
-KEYS = KeySpace("fencekit")
 
 
 @pytest.fixture(scope="module")
@@ -49,31 +45,6 @@ def url(cluster: LocalCluster) -> str:
     return cluster.url()
 
 
-def queues_on_every_master(cluster: LocalCluster, per_master: int = 2) -> list[str]:
-    """Queue names whose slots cover every master, ``per_master`` each."""
-    found: dict[int, list[str]] = {}
-    n = 0
-    while min((len(v) for v in found.values()), default=0) < per_master or len(found) < len(cluster.masters):
-        name = f"q{n}"
-        n += 1
-        port = cluster.owner(KEYS.queue(name).pending).port
-        if len(found.setdefault(port, [])) < per_master:
-            found[port].append(name)
-    return [name for names in found.values() for name in names]
-
-
-def enqueue(qk: QueueKeys, jid: str) -> scripts.Call:
-    envelope = f'{{"jid":"{jid}","queue":"{qk.name}","operation":"op","params":{{}}}}'.encode()
-    return scripts.enqueue(
-        pending=qk.pending,
-        scheduled=qk.scheduled,
-        stats=qk.stats,
-        wake=qk.wake,
-        delay_ms=0,
-        envelopes=[envelope],
-    )
-
-
 def enqueued(client: Any, queue: str) -> int:
     return int(client.hget(KEYS.queue(queue).stats, "enqueued") or 0)
 
@@ -81,7 +52,7 @@ def enqueued(client: Any, queue: str) -> int:
 async def test_a_pipeline_over_queues_on_every_master_comes_back_in_order(
     cluster: LocalCluster, url: str
 ) -> None:
-    names = queues_on_every_master(cluster)
+    names = queues_on_every_master(cluster, per_master=2)
     link = await open_link(parse_url(url), name="t")
     try:
         assert isinstance(link, ClusterLink)
@@ -144,60 +115,36 @@ async def test_moved_after_a_slot_moved_is_followed_and_the_script_runs_once(
 async def test_during_a_migration_ask_and_tryagain_are_followed_and_each_script_runs_once(
     cluster: LocalCluster, url: str
 ) -> None:
-    """Keys moved in small batches while enqueues go on: ASK and TRYAGAIN answers, never a double run."""
+    """Keys moved one by one while enqueues go on: ASK and TRYAGAIN answers, never a double run."""
     queue = "migrating"
     qk = KEYS.queue(queue)
+    single = f"{{{queue}}}:single"
     link = await open_link(parse_url(url), name="t")
-    loop = asyncio.get_running_loop()
-    migrating = asyncio.Event()
-    go_on = threading.Event()
+    sent = 0
     try:
         for i in range(20):
             await link.call(enqueue(qk, f"seed-{i}"))
         with cluster.client() as client:
-            client.set(f"{{{queue}}}:single", "v")  # a one-key command is served behind ASKING
-        old = cluster.owner(qk.pending)
-        target = next(m for m in cluster.masters if m.port != old.port)
-
-        def on_migrating() -> None:
-            loop.call_soon_threadsafe(migrating.set)
-            go_on.wait(10)
-
-        mover = asyncio.ensure_future(
-            asyncio.to_thread(
-                cluster.move_slot,
-                slot_of(qk.pending),
-                target,
-                batch=1,
-                pause_between=0.02,
-                on_migrating=on_migrating,
-            )
-        )
-        await asyncio.wait_for(migrating.wait(), 10)
-        with old.client() as source:  # move one key by hand: the source now answers ASK for it
-            source.execute_command(
-                "MIGRATE", target.host, target.port, "", 0, 5000, "KEYS", f"{{{queue}}}:single"
-            )
-        assert await link.execute("GET", f"{{{queue}}}:single") == b"v"
-        go_on.set()
-        sent = 0
-        while not mover.done():  # enqueues race the migration's batches
-            await link.call(enqueue(qk, f"during-{sent}"))
-            sent += 1
-        await mover
+            client.set(single, "v")  # a one-key command is served behind ASKING
+        async with migrating(cluster, qk.pending) as migration:
+            migration.move_by_hand(single)
+            assert await link.execute("GET", single) == b"v"
+            migration.resume()
+            while not migration.mover.done():  # enqueues race the migration's batches
+                await link.call(enqueue(qk, f"during-{sent}"))
+                sent += 1
         await link.call(enqueue(qk, "after"))
         sent += 1
         length = await link.execute("LLEN", qk.pending)
         followed = dict(link.redirects)
     finally:
-        go_on.set()
         await link.aclose()
     assert sent >= 2
     assert followed["ask"] >= 1  # the GET, and enqueues while the queue's keys were all moved
     assert followed["tryagain"] >= 1  # enqueues while its keys were split between the nodes
     assert followed["moved"] >= 1  # the first call after the slot changed owner
     assert length == 20 + sent
-    with target.client() as node:
+    with migration.target.client() as node:
         assert enqueued(node, queue) == 20 + sent  # nothing ran twice, nothing was dropped
         assert node.llen(qk.pending) == 20 + sent
 

@@ -11,13 +11,12 @@ counter says how many times its enqueue script ran (never twice: I4).
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
+from tests.cluster_helpers import KEYS, enqueue, migrating, queues_on_every_master
 from tests.queue_helpers import eventually, new_server, running, worker
 
 from fencekit import Client, JobCancelled, JobStatus, SyncClient, Task
@@ -25,7 +24,6 @@ from fencekit._redis import scripts
 from fencekit._redis.clients import aclose_client, async_client, close_sync_client, sync_client
 from fencekit._redis.cluster import slot_of
 from fencekit._redis.cluster_pubsub import ClusterSubscriber, sharded_pubsub
-from fencekit._redis.keys import KeySpace, QueueKeys
 from fencekit._redis.run import Durability
 from fencekit._redis.steps import Batch, Op, arun_batch, cmd, run_batch
 from fencekit.errors import DurabilityError, StoreError
@@ -33,7 +31,6 @@ from fencekit.queue.results import SAFETY_REREAD
 from fencekit.testing.cluster import LocalCluster
 from fencekit.web.source import AdminSource
 
-KEYS = KeySpace("fencekit")
 MODES = ["sync", "async"]
 
 
@@ -57,30 +54,6 @@ def flushed(local: LocalCluster) -> str:
 @pytest.fixture
 def url(cluster: LocalCluster) -> str:
     return flushed(cluster)
-
-
-def queues_on_every_master(local: LocalCluster) -> list[str]:
-    """One queue name per master, in the masters' order (by the servers' own slot map)."""
-    found: dict[int, str] = {}
-    masters = local.masters
-    n = 0
-    while len(found) < len(masters):
-        name = f"q{n}"
-        n += 1
-        found.setdefault(local.owner(KEYS.queue(name).pending).port, name)
-    return [found[m.port] for m in masters]
-
-
-def enqueue(qk: QueueKeys, jid: str) -> scripts.Call:
-    envelope = f'{{"jid":"{jid}","queue":"{qk.name}","operation":"op","params":{{}}}}'.encode()
-    return scripts.enqueue(
-        pending=qk.pending,
-        scheduled=qk.scheduled,
-        stats=qk.stats,
-        wake=qk.wake,
-        delay_ms=0,
-        envelopes=[envelope],
-    )
 
 
 def enqueued(local: LocalCluster, queue: str) -> int:
@@ -204,51 +177,24 @@ async def test_during_a_migration_ask_and_tryagain_are_followed_and_each_call_ru
     queue = "migrating"
     qk = KEYS.queue(queue)
     single = f"{{{queue}}}:single"
-    loop = asyncio.get_running_loop()
-    migrating = asyncio.Event()
-    go_on = threading.Event()
     await runner.run(Batch([enqueue(qk, f"seed-{i}") for i in range(20)]))
     with cluster.client() as client:
         client.set(single, "v")
-    old = cluster.owner(qk.pending)
-    target = next(m for m in cluster.masters if m.port != old.port)
-
-    def on_migrating() -> None:
-        loop.call_soon_threadsafe(migrating.set)
-        go_on.wait(10)
-
-    mover = asyncio.ensure_future(
-        asyncio.to_thread(
-            cluster.move_slot,
-            slot_of(qk.pending),
-            target,
-            batch=1,
-            pause_between=0.02,
-            on_migrating=on_migrating,
-        )
-    )
     sent = 0
-    try:
-        await asyncio.wait_for(migrating.wait(), 10)
-        with old.client() as source:  # moved by hand: the source answers ASK for it now
-            source.execute_command("MIGRATE", target.host, target.port, "", 0, 5000, "KEYS", single)
+    async with migrating(cluster, qk.pending) as migration:
+        migration.move_by_hand(single)  # the source answers ASK for it now
         (value,) = await runner.run(Batch([cmd("get", single)]))
         assert value == b"v"  # ASKING + GET on the importing node
         (value, length) = await runner.run(Batch([cmd("get", single), cmd("strlen", single)]))
         assert (value, length) == (b"v", 1)
-        go_on.set()
-        while not mover.done():  # enqueues race the migration's batches (ASK, TRYAGAIN)
+        migration.resume()
+        while not migration.mover.done():  # enqueues race the migration's batches (ASK, TRYAGAIN)
             await runner.run(Batch([enqueue(qk, f"during-{sent}"), cmd("get", single)]))
             sent += 1
-        await mover
-    finally:
-        go_on.set()
-        with contextlib.suppress(Exception):
-            await mover
     await runner.run(Batch([enqueue(qk, "after")]))
     sent += 1
     assert sent >= 2
-    with target.client() as node:
+    with migration.target.client() as node:
         assert int(node.hget(qk.stats, "enqueued") or 0) == 20 + sent  # nothing twice, nothing dropped
         assert node.llen(qk.pending) == 20 + sent
 

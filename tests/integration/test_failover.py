@@ -31,7 +31,6 @@ Each scenario prints its report (``pytest -s``).
 from __future__ import annotations
 
 import asyncio
-import bisect
 import textwrap
 import threading
 import time
@@ -41,10 +40,17 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 import redis
-from tests.fault_helpers import PoolRunner, Producer, ReadyProbe, close_client, log_lines
+from tests.fault_helpers import (
+    PoolRunner,
+    Producer,
+    ReadyProbe,
+    close_client,
+    jids_of,
+    log_lines,
+    most_in_window,
+)
 
 from fencekit import (
     AsyncDistributedLock,
@@ -207,12 +213,6 @@ class SwitchMonitor(threading.Thread):
             listener.join(5)
 
 
-def most_in_window(times: list[float], window: float) -> int:
-    """The most acknowledgements the producer got within any ``window`` seconds."""
-    times = sorted(times)
-    return max((bisect.bisect_right(times, t + window) - i for i, t in enumerate(times)), default=0)
-
-
 @dataclass
 class Report:
     name: str
@@ -245,16 +245,6 @@ class Report:
         )
 
 
-def _jids(raws: list[bytes]) -> set[str]:
-    jids: set[str] = set()
-    for raw in raws:
-        try:
-            jids.add(orjson.loads(raw)["jid"])
-        except (orjson.JSONDecodeError, KeyError, TypeError):
-            continue
-    return jids
-
-
 def _unfinished(r: redis.Redis) -> set[str]:
     """jids the master holds as pending, scheduled or in flight."""
     raws = list(r.lrange("fencekit:{work}:pending", 0, -1)) + list(
@@ -262,11 +252,11 @@ def _unfinished(r: redis.Redis) -> set[str]:
     )
     for key in r.scan_iter("fencekit:{work}:inflight:*"):
         raws += list(r.hvals(key))
-    return _jids(raws)
+    return jids_of(raws)
 
 
 def _dead(r: redis.Redis) -> set[str]:
-    return _jids([v for k, v in r.hgetall("fencekit:{work}:dead").items() if not k.endswith(b":why")])
+    return jids_of([v for k, v in r.hgetall("fencekit:{work}:dead").items() if not k.endswith(b":why")])
 
 
 def _effects(r: redis.Redis, jids: set[str]) -> dict[str, int]:
