@@ -225,3 +225,19 @@ class _Noop:
     @classmethod
     async def perform(cls, payload: dict[str, Any]) -> None:
         return None
+
+
+def test_the_operator_commands_work_on_a_cluster_url(cluster: LocalCluster, url: str) -> None:
+    """``fencekit enqueue``, ``queues``, ``job`` and ``purge`` over queues on every master."""
+    from tests.integration.test_cli import fk, ok_json
+
+    names = queues_on_every_master(cluster)
+    jids = [ok_json(fk(url, "enqueue", name, "op", "--json"))["jid"] for name in names]
+    rows = {row["name"]: row for row in ok_json(fk(url, "queues", "--json"))["queues"]}
+    assert {name: rows[name]["pending"] for name in names} == dict.fromkeys(names, 1)
+    for name, jid in zip(names, jids, strict=True):
+        shown = ok_json(fk(url, "job", jid, "--queue", name, "--json"))
+        assert (shown["queue"], shown["status"]) == (name, "pending")
+    assert fk(url, "purge", names[2], "--yes").returncode == 0
+    with cluster.client() as client:
+        assert [client.llen(KEYS.queue(name).pending) for name in names] == [1, 1, 0]
