@@ -241,3 +241,34 @@ def test_the_operator_commands_work_on_a_cluster_url(cluster: LocalCluster, url:
     assert fk(url, "purge", names[2], "--yes").returncode == 0
     with cluster.client() as client:
         assert [client.llen(KEYS.queue(name).pending) for name in names] == [1, 1, 0]
+
+
+async def test_a_cluster_with_acl_users_takes_the_urls_credentials_on_every_node(
+    tmp_path: Path, server_binary: str
+) -> None:
+    """AUTH with an ACL user on the seed and on every node reached from the map, hot path and redis-py."""
+    from fencekit._redis.clients import aclose_client, async_client
+
+    with LocalCluster(tmp_path / "acl", binary=server_binary) as local:
+        names = queues_on_every_master(local)  # before the default user is off: the harness uses it
+        assert len(names) == 3
+        for node in local.nodes:
+            with node.client() as admin:
+                admin.execute_command("ACL", "SETUSER", "jobs", "on", ">s3cret", "~*", "&*", "+@all")
+                admin.execute_command("ACL", "SETUSER", "default", "off")
+        hosts = ",".join(f"{host}:{port}" for host, port in local.startup_nodes)
+        good = parse_url(f"redis+cluster://jobs:s3cret@{hosts}/")
+        link = await open_link(good, name="t")
+        try:
+            replies = await link.pipeline([enqueue(KEYS.queue(name), "j") for name in names])
+            assert not any(isinstance(r, BaseException) for r in replies), replies
+        finally:
+            await link.aclose()
+        client = async_client(good)
+        try:
+            assert [await client.llen(KEYS.queue(name).pending) for name in names] == [1, 1, 1]
+        finally:
+            await aclose_client(client)
+        with pytest.raises(StoreError, match="refused AUTH") as refused:
+            await open_link(parse_url(f"redis+cluster://jobs:wrong@{hosts}/"), name="t")
+        assert "wrong" not in str(refused.value)
