@@ -14,6 +14,7 @@ The binary comes from ``$FENCEKIT_REDIS_SERVER``, else ``redis-server`` on
 
 from __future__ import annotations
 
+import collections
 import os
 import shutil
 import signal
@@ -75,11 +76,25 @@ def find_server_binary(flavor: str | None = None) -> str:
     )
 
 
+_GIVEN: collections.deque[int] = collections.deque(maxlen=2048)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago on ``host``."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    """A TCP port that was free a moment ago on ``host``, and not handed out by this process lately.
+
+    The kernel may give a port just released to the next bind, so two calls
+    made before either server has bound could return the same one (a Sentinel
+    deployment once got one port for a node and a sentinel): the last 2048
+    ports given are not given again.
+    """
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((host, 0))
+            port = int(sock.getsockname()[1])
+        if port not in _GIVEN:
+            _GIVEN.append(port)
+            return port
+    raise OSError(f"no fresh free port on {host} after 100 tries")
 
 
 def wait_until(predicate: Any, timeout: float = 10.0, interval: float = 0.01, what: str = "") -> Any:
