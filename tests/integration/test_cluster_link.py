@@ -272,3 +272,32 @@ async def test_a_cluster_with_acl_users_takes_the_urls_credentials_on_every_node
         with pytest.raises(StoreError, match="refused AUTH") as refused:
             await open_link(parse_url(f"redis+cluster://jobs:wrong@{hosts}/"), name="t")
         assert "wrong" not in str(refused.value)
+
+
+async def test_a_tls_cluster_url_verifies_every_node_on_the_hot_path_and_in_redis_py(tmp_path: Path) -> None:
+    """``rediss+cluster://`` with the CA: the seed, every node from the map, the lean link and redis-py."""
+    from fencekit._redis.clients import aclose_client, async_client
+    from fencekit.testing import find_server_binary
+    from fencekit.testing.tls import make_certificates
+
+    certs = make_certificates(tmp_path / "certs")
+    with LocalCluster(tmp_path / "tls", tls=certs, binary=find_server_binary("redis")) as local:
+        names = queues_on_every_master(local)
+        target = parse_url(local.url(tls=True))
+        assert target.tls is not None
+        link = await open_link(target, name="t")
+        try:
+            replies = await link.pipeline([enqueue(KEYS.queue(name), "j") for name in names])
+            assert not any(isinstance(r, BaseException) for r in replies), replies
+            assert isinstance(link, ClusterLink)
+            assert set(link.slot_map.primaries) == {(local.host, port) for port in local.tls_ports[:3]}
+        finally:
+            await link.aclose()
+        client = async_client(target)
+        try:
+            assert [await client.llen(KEYS.queue(name).pending) for name in names] == [1, 1, 1]
+        finally:
+            await aclose_client(client)
+        wrong_ca = make_certificates(tmp_path / "other")  # a CA that signed none of the nodes
+        with pytest.raises(StoreError, match="no seed node"):
+            await open_link(parse_url(local.url(tls=True).replace(str(certs.ca_cert), str(wrong_ca.ca_cert))))

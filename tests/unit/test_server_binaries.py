@@ -45,7 +45,8 @@ def wrong_builds(path: Path, root: Path = ROOT) -> list[str]:
             continue
         binary = next((kw.value for kw in node.keywords if kw.arg == "binary"), None)
         text = ast.unparse(binary) if binary is not None else ""
-        wanted = "find_server_binary('redis')" if name in TLS_SERVERS else "server_binary"
+        tls = name in TLS_SERVERS or any(kw.arg == "tls" for kw in node.keywords)  # LocalCluster(tls=...)
+        wanted = "find_server_binary('redis')" if tls else "server_binary"
         if text != wanted:
             where = f"{path.relative_to(root)}:{node.lineno}"
             wrong.append(f"{where}: {name}(binary={text or '<missing>'}), wanted binary={wanted}")
@@ -66,6 +67,8 @@ def test_the_check_finds_a_server_built_without_the_binary(tmp_path: Path) -> No
         "    TLSRedisServer(tmp_path, binary=server_binary)\n"
         "    RedisServer(tmp_path, binary=server_binary)\n"
         "    TLSRedisServer(tmp_path, binary=find_server_binary('redis'))\n"
+        "    LocalCluster(tmp_path, tls=certs, binary=server_binary)\n"
+        "    LocalCluster(tmp_path, tls=certs, binary=find_server_binary('redis'))\n"
     )
     found = wrong_builds(probe, root=tmp_path)
-    assert [line.split(":")[1] for line in found] == ["2", "3", "4"]
+    assert [line.split(":")[1] for line in found] == ["2", "3", "4", "7"]

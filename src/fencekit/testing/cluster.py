@@ -62,6 +62,7 @@ from typing_extensions import Self
 
 from fencekit._redis.process import Managed
 from fencekit.testing import RedisServer, find_server_binary, free_port
+from fencekit.testing.tls import Certificates
 
 __all__ = ["HASH_SLOTS", "LocalCluster"]
 
@@ -189,6 +190,7 @@ class LocalCluster(Managed):
         binary: str | None = None,
         flavor: str | None = None,
         node_timeout_ms: int = 5000,
+        tls: Certificates | None = None,
     ) -> None:
         if masters < 1:
             raise ValueError(f"masters must be >= 1, got {masters}")
@@ -202,6 +204,8 @@ class LocalCluster(Managed):
         self.replicas_per_master = replicas
         self.nodes: list[RedisServer] = []
         self.bus_ports: list[int] = []
+        self.tls = tls
+        self.tls_ports: list[int] = []  # with ``tls``: each node's TLS port (clients, bus and replication)
         taken: set[int] = set()
         for index in range(masters * (1 + replicas)):
             bus_port = free_port(host)
@@ -221,6 +225,7 @@ class LocalCluster(Managed):
                     "cluster-node-timeout": str(node_timeout_ms),
                     "cluster-port": str(bus_port),
                     "repl-diskless-sync-delay": "0",  # replicas sync at once, not after 5 s
+                    **self._tls_config(host),
                 },
             )
             self.nodes.append(node)
@@ -232,6 +237,22 @@ class LocalCluster(Managed):
         self._ids: dict[int, str] = {}  # port -> node id (stable: it is in nodes.conf)
         self._paused: set[int] = set()  # ports of SIGSTOPped nodes
         self._lost: dict[str, _Lost] = {}  # node id of a killed/paused master -> what it held
+
+    def _tls_config(self, host: str) -> dict[str, str]:
+        """With ``tls``: a TLS port beside the plain one (kept for the harness), TLS on the bus too."""
+        if self.tls is None:
+            return {}
+        port = free_port(host)
+        self.tls_ports.append(port)
+        return {
+            "tls-port": str(port),
+            "tls-cert-file": str(self.tls.server_cert),
+            "tls-key-file": str(self.tls.server_key),
+            "tls-ca-cert-file": str(self.tls.ca_cert),
+            "tls-auth-clients": "no",
+            "tls-cluster": "yes",  # CLUSTER SLOTS then names TLS ports to TLS clients
+            "tls-replication": "yes",
+        }
 
     # low level --------------------------------------------------------------
     def _command(self, server: RedisServer, *args: Any, timeout: float = ADMIN_TIMEOUT) -> Any:
@@ -779,16 +800,22 @@ class LocalCluster(Managed):
         return self._live() or list(self.nodes)
 
     def url(self, tls: bool = False) -> str:
-        """``redis+cluster://host:port,host:port,...`` listing every node (``rediss+cluster`` with ``tls``).
+        """``redis+cluster://host:port,host:port,...`` listing every node.
 
-        These nodes speak plain TCP: ``tls=True`` only changes the scheme, for
-        a test that puts TLS in front of them or checks URL handling.
+        ``tls=True``: ``rediss+cluster://`` on the nodes' TLS ports (a cluster
+        built with ``tls``), verifying them against its CA.
         """
+        if tls and self.tls is None:
+            raise ValueError("url(tls=True) needs a LocalCluster built with tls=make_certificates(...)")
+        ports = self.tls_ports if tls else [node.port for node in self.nodes]
         hosts = ",".join(
-            f"[{node.host}]:{node.port}" if ":" in node.host else f"{node.host}:{node.port}"
-            for node in self.nodes
+            f"[{node.host}]:{port}" if ":" in node.host else f"{node.host}:{port}"
+            for node, port in zip(self.nodes, ports, strict=True)
         )
-        return f"{'rediss' if tls else 'redis'}+cluster://{hosts}"
+        if not tls:
+            return f"redis+cluster://{hosts}"
+        assert self.tls is not None
+        return f"rediss+cluster://{hosts}/?ssl_ca_certs={self.tls.ca_cert}"
 
     def client(self, **kwargs: Any) -> redis.RedisCluster:
         """A synchronous ``redis.RedisCluster`` that discovers the slots from the live nodes."""
