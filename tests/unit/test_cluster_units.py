@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from redis.crc import key_slot
-from redis.exceptions import AskError, MovedError, TryAgainError
+from redis.exceptions import AskError, ClusterDownError, MovedError, TryAgainError
 
 from fencekit._redis.cluster import (
     MAX_REDIRECTS,
@@ -116,6 +116,9 @@ def test_moved_ask_and_tryagain_become_errors_that_say_the_command_did_not_run()
     assert redirect_of(StoreError("x")) is None
     assert redirect_of(b"OK") is None
     assert not isinstance(translate_reply("MOVED garbage"), Redirected)
+    # the cluster is down (a failed primary not yet replaced): it did not run, so it is waited on
+    assert isinstance(translate_reply("CLUSTERDOWN The cluster is down"), TryAgain)
+    assert isinstance(redirect_of(ClusterDownError("The cluster is down")), TryAgain)
 
 
 # -- the routing rule, driven by a fake cluster ------------------------------------------

@@ -35,7 +35,7 @@ from collections.abc import Callable, Generator, Sequence
 from typing import Any, cast
 
 from redis.crc import key_slot
-from redis.exceptions import AskError, MovedError, TryAgainError
+from redis.exceptions import AskError, ClusterDownError, MovedError, TryAgainError
 
 from fencekit._redis.hotpath import LeanConnection
 from fencekit._redis.run import NodeLost, Redirected, TryAgain, as_text, translate_error
@@ -151,7 +151,7 @@ def redirect_of(reply: Any) -> Redirected | TryAgain | None:
     """The redirect or ``TRYAGAIN`` a reply stands for (ours or redis-py's exception), else None."""
     if isinstance(reply, (Redirected, TryAgain)):
         return reply
-    if isinstance(reply, (MovedError, AskError, TryAgainError)):
+    if isinstance(reply, (MovedError, AskError, TryAgainError, ClusterDownError)):
         mapped = translate_error(reply)
         if isinstance(mapped, (Redirected, TryAgain)):
             return mapped
@@ -168,7 +168,8 @@ def route_steps(
     :data:`Send` (answered with the replies), :data:`REFRESH` (read the map
     again: ``owner`` then answers from the new one) or a pause in seconds
     (``TRYAGAIN``). Nothing is re-sent that a node may have run: ``MOVED`` and
-    ``ASK`` say the node did not run it, and so does ``TRYAGAIN``. An op still
+    ``ASK`` say the node did not run it, and so do ``TRYAGAIN`` and ``CLUSTERDOWN``
+    (a failed primary not replaced yet: paused on like ``TRYAGAIN``). An op still
     redirected after :data:`MAX_REDIRECTS` map reads, or refused with
     ``TRYAGAIN`` :data:`TRYAGAIN_LIMIT` times, keeps that error in its slot.
     """

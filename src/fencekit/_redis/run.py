@@ -22,6 +22,7 @@ import redis
 import redis.asyncio
 from redis.exceptions import (
     AskError,
+    ClusterDownError,
     MovedError,
     NoScriptError,
     ReadOnlyError,
@@ -34,6 +35,7 @@ from fencekit._redis.scripts import Call
 from fencekit.errors import FenceKitError, StoreError, script_error
 
 __all__ = [
+    "ClusterDown",
     "Durability",
     "NodeLost",
     "Redirected",
@@ -75,6 +77,10 @@ class NodeLost(StoreError):
 
 class TryAgain(StoreError):
     """``TRYAGAIN``: the keys of one command are split by a slot migration under way; it did not run."""
+
+
+class ClusterDown(TryAgain):
+    """``CLUSTERDOWN``: the cluster refuses commands (a failed primary not yet replaced); it did not run."""
 
 
 def _redirect(message: str) -> Redirected | None:
@@ -126,6 +132,8 @@ def translate_reply(message: str) -> FenceKitError:
         redirect = _redirect(message)
         if redirect is not None:
             return redirect
+    if message.startswith("CLUSTERDOWN"):
+        return ClusterDown(f"{message} (a primary failed and is not replaced yet; the command did not run)")
     if message.startswith("TRYAGAIN"):
         return TryAgain(f"{message} (a slot migration is moving these keys; the command did not run)")
     if is_out_of_memory(message):
@@ -143,6 +151,8 @@ def translate_error(exc: BaseException) -> BaseException:
     if isinstance(exc, (MovedError, AskError, TryAgainError)):  # redis-py strips the reply's first word
         head = "MOVED" if isinstance(exc, MovedError) else "ASK" if isinstance(exc, AskError) else "TRYAGAIN"
         return translate_reply(f"{head} {exc}")
+    if isinstance(exc, ClusterDownError):
+        return translate_reply(f"CLUSTERDOWN {exc}")
     if isinstance(exc, ResponseError):
         return translate_reply(str(exc))
     if isinstance(exc, (RedisError, OSError)):
