@@ -30,21 +30,29 @@ of that node only (:mod:`fencekit.queue.consumer`).
 from __future__ import annotations
 
 import asyncio
-import bisect
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Sequence
 from typing import Any, cast
 
-from redis.crc import key_slot
-from redis.exceptions import AskError, ClusterDownError, MovedError, TryAgainError
-
 from fencekit._redis.hotpath import LeanConnection
-from fencekit._redis.run import NodeLost, Redirected, TryAgain, as_text, translate_error
+from fencekit._redis.routing import (
+    MAX_REDIRECTS,
+    REFRESH,
+    Address,
+    Refresh,
+    Send,
+    SlotMap,
+    redirect_of,
+    route_steps,
+    slot_of,
+)
+from fencekit._redis.run import NodeLost, Redirected, TryAgain
 from fencekit._redis.scripts import Call
 from fencekit._redis.url import RedisTarget
 from fencekit.errors import ConfigError, FenceKitError, StoreError
 
-__all__ = [
+__all__ = [  # the routing names are re-exported: the link's users need them beside it
     "REFRESH",
+    "Address",
     "ClusterLink",
     "Refresh",
     "Send",
@@ -55,59 +63,9 @@ __all__ = [
     "slot_of",
 ]
 
-Address = tuple[str, int]
-
-MAX_REDIRECTS = 5
-"""Redirects one call may follow before the link gives up (a map that keeps moving)."""
 NODE_RETRY_MIN = 0.1
 NODE_RETRY_MAX = 0.5
 """After a node failed, its calls fail at once for this long (doubling from :data:`NODE_RETRY_MIN`)."""
-TRYAGAIN_PAUSE = 0.02
-TRYAGAIN_LIMIT = 25
-"""``TRYAGAIN`` retries of one call (x :data:`TRYAGAIN_PAUSE`: about 0.5 s of a migration); then the
-``TryAgain`` stays in its slot: a consumer sends that settle or claim with its next turn, so one queue
-whose keys are being moved holds the others' turns up by half a second at most."""
-
-
-def slot_of(key: str | bytes) -> int:
-    """The hash slot of ``key`` (its ``{tag}`` when it has one), as the servers compute it."""
-    return key_slot(key.encode() if isinstance(key, str) else key)
-
-
-class SlotMap:
-    """Which primary serves each of the 16384 slots (I/O-free)."""
-
-    __slots__ = ("_owners", "_starts")
-
-    def __init__(self, ranges: Sequence[tuple[int, int, Address]]) -> None:
-        ordered = sorted(ranges)
-        self._starts = [start for start, _, _ in ordered]
-        self._owners = [(end, owner) for _, end, owner in ordered]
-
-    @classmethod
-    def from_reply(cls, reply: Any, asked: Address) -> SlotMap:
-        """Parse ``CLUSTER SLOTS``; a node announced without an address is the one ``asked``."""
-        ranges: list[tuple[int, int, Address]] = []
-        for entry in reply or ():
-            start, end, primary = int(entry[0]), int(entry[1]), entry[2]
-            host = as_text(primary[0]) or asked[0]
-            ranges.append((start, end, (host, int(primary[1]))))
-        if not ranges:
-            raise StoreError(f"the Redis Cluster node at {asked[0]}:{asked[1]} has no slots assigned yet")
-        return cls(ranges)
-
-    def owner(self, slot: int) -> Address:
-        """The primary serving ``slot``; :class:`StoreError` when no node does."""
-        i = bisect.bisect_right(self._starts, slot) - 1
-        if i >= 0:
-            end, owner = self._owners[i]
-            if slot <= end:
-                return owner
-        raise StoreError(f"no Redis Cluster node serves hash slot {slot} (cluster down or being set up?)")
-
-    @property
-    def primaries(self) -> set[Address]:
-        return {owner for _, owner in self._owners}
 
 
 async def read_slot_map(target: RedisTarget, *, name: str | None = None) -> tuple[SlotMap, LeanConnection]:
@@ -135,85 +93,6 @@ async def read_slot_map(target: RedisTarget, *, name: str | None = None) -> tupl
                 ) from exc
             failures.append(f"{host}:{port}: {exc}")
     raise StoreError(f"no seed node of {target.redacted()} answered: {'; '.join(failures)}")
-
-
-class Refresh:
-    """A request of :func:`route_steps`: read the slot map again, then answer ``None``."""
-
-
-REFRESH = Refresh()
-Send = list[tuple[Address, list[int], bool]]
-"""A request of :func:`route_steps`: per node, the ops (indices) to send there and whether behind
-``ASKING``; answered with each part's replies (errors in their slots), in order."""
-
-
-def redirect_of(reply: Any) -> Redirected | TryAgain | None:
-    """The redirect or ``TRYAGAIN`` a reply stands for (ours or redis-py's exception), else None."""
-    if isinstance(reply, (Redirected, TryAgain)):
-        return reply
-    if isinstance(reply, (MovedError, AskError, TryAgainError, ClusterDownError)):
-        mapped = translate_error(reply)
-        if isinstance(mapped, (Redirected, TryAgain)):
-            return mapped
-    return None
-
-
-def route_steps(
-    slots: Sequence[int], owner: Callable[[int], Address]
-) -> Generator[Send | Refresh | float, Any, list[Any]]:
-    """Send ops of the given hash ``slots`` to their nodes, following redirects; their replies in order.
-
-    The one routing rule of both cluster drivers (the lean :class:`ClusterLink`
-    and redis-py's batches, :mod:`fencekit._redis.steps`). Yields a
-    :data:`Send` (answered with the replies), :data:`REFRESH` (read the map
-    again: ``owner`` then answers from the new one) or a pause in seconds
-    (``TRYAGAIN``). Nothing is re-sent that a node may have run: ``MOVED`` and
-    ``ASK`` say the node did not run it, and so do ``TRYAGAIN`` and ``CLUSTERDOWN``
-    (a failed primary not replaced yet: paused on like ``TRYAGAIN``). An op still
-    redirected after :data:`MAX_REDIRECTS` map reads, or refused with
-    ``TRYAGAIN`` :data:`TRYAGAIN_LIMIT` times, keeps that error in its slot.
-    """
-    replies: list[Any] = [None] * len(slots)
-    todo = list(range(len(slots)))
-    redirects = tries = 0
-    while todo:
-        groups: dict[Address, list[int]] = {}
-        for i in todo:
-            groups.setdefault(owner(slots[i]), []).append(i)
-        results = yield [(addr, idx, False) for addr, idx in groups.items()]
-        todo = []
-        asks: dict[Address, list[int]] = {}
-        moved = False
-        for idx, result in zip(groups.values(), results, strict=True):
-            for i, reply in zip(idx, result, strict=True):
-                replies[i] = reply
-                redirect = redirect_of(reply)
-                if isinstance(redirect, Redirected) and redirect.kind == "ASK":
-                    asks.setdefault(redirect.address, []).append(i)
-                elif redirect is not None:
-                    moved = moved or isinstance(redirect, Redirected)
-                    todo.append(i)
-        if asks:
-            results = yield [(addr, idx, True) for addr, idx in asks.items()]
-            for idx, result in zip(asks.values(), results, strict=True):
-                for i, reply in zip(idx, result, strict=True):
-                    replies[i] = reply
-                    if isinstance(redirect_of(reply), TryAgain):
-                        todo.append(i)
-        if not todo:
-            break
-        if moved:
-            redirects += 1
-            if redirects > MAX_REDIRECTS:
-                break
-            yield REFRESH
-        else:
-            tries += 1
-            if tries > TRYAGAIN_LIMIT:
-                break
-            yield TRYAGAIN_PAUSE
-        todo.sort()
-    return replies
 
 
 class ClusterLink:

@@ -3,7 +3,7 @@
 redis-py's cluster pipeline refuses ``EVALSHA`` and ``SCRIPT LOAD``, so a
 batch on a ``redis.RedisCluster`` (or ``redis.asyncio.RedisCluster``) is not
 sent through it. :func:`cluster_steps` -- I/O-free, like
-:func:`~fencekit._redis.cluster.route_steps`, the routing rule it follows --
+:func:`~fencekit._redis.routing.route_steps`, the routing rule it follows --
 splits the ops of one batch by node: an op's slot is that of its first key
 (a ``Call``'s ``keys[0]``, a ``Cmd``'s ``args[0]``); each node's share is
 sent as one plain pipeline on a plain client of that node, the nodes'
@@ -47,7 +47,7 @@ from redis.exceptions import (
     TimeoutError,
 )
 
-from fencekit._redis.cluster import Address, Refresh, redirect_of, route_steps, slot_of
+from fencekit._redis.routing import Address, Refresh, redirect_of, route_steps, slot_of
 from fencekit._redis.scripts import Call
 from fencekit._redis.steps import Cmd, Op, aexecute_ops, execute_ops
 from fencekit.errors import ConfigError, StoreError
@@ -106,7 +106,7 @@ def cluster_steps(
 ) -> Generator[Loads | Pipes | Refresh | float, Any, list[Any]]:
     """The raw replies of ``ops`` on a cluster, in order (the module docstring gives the rule).
 
-    Yields :class:`Loads`, :data:`Pipes`, :data:`~fencekit._redis.cluster.REFRESH`
+    Yields :class:`Loads`, :data:`Pipes`, :data:`~fencekit._redis.routing.REFRESH`
     (read the slot map again) or a pause in seconds; ``owner`` answers from
     the current slot map.
     """
@@ -149,7 +149,7 @@ def cluster_steps(
 def _routed(
     ops: list[Op], slots: list[int], owner: Callable[[int], Address], wait: Op | None
 ) -> Generator[Pipes | Refresh | float, Any, tuple[list[Any], list[Any]]]:
-    """:func:`~fencekit._redis.cluster.route_steps` over ``ops``, each node's pipeline ended by ``wait``.
+    """:func:`~fencekit._redis.routing.route_steps` over ``ops``, each node's pipeline ended by ``wait``.
 
     Returns the ops' replies and the WAIT replies of the pipelines in which
     something ran (one whose every op was redirected wrote nothing; when
