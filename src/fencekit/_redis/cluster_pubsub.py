@@ -51,6 +51,7 @@ REPLACE_PAUSE = 0.05
 """Seconds before a channel a node refused is subscribed again (the slot map is settling)."""
 
 _REPLACE = object()  # put in the inbox: subscribe the channels that have no node
+_NOTHING = object()  # what _next gives when its timeout passed
 
 
 _SYNC_CLUSTER: tuple[type, ...] = (redis.RedisCluster,)  # typed as redis.Redis (fencekit._redis.clients)
@@ -138,15 +139,29 @@ class ClusterSubscriber:
                 left = None if deadline is None else deadline - loop.time()
                 if left is not None and left <= 0:
                     return None
-                try:
-                    item = await asyncio.wait_for(self._inbox.get(), left)
-                except asyncio.TimeoutError:
+                item = await self._next(left)
+                if item is _NOTHING:
                     return None
             if item is _REPLACE:
                 continue
             if isinstance(item, BaseException):
                 raise item
             return item  # type: ignore[no-any-return]
+
+    async def _next(self, timeout: float | None) -> Any:
+        """The next inbox item, or ``_NOTHING`` after ``timeout`` seconds.
+
+        Not ``asyncio.wait_for``: on Python < 3.12 it swallows a cancellation that
+        meets an item arriving at the same moment, and a listener cancelled at
+        shutdown then never ends (a stopping Server hung on it).
+        """
+        getter = asyncio.ensure_future(self._inbox.get())
+        try:
+            done, _ = await asyncio.wait({getter}, timeout=timeout)
+        finally:
+            if not getter.done():
+                getter.cancel()
+        return getter.result() if done else _NOTHING
 
     async def aclose(self) -> None:
         """Stop every reader and close every node's subscription."""

@@ -53,10 +53,20 @@ class CancelListener:
         self._pubsub: Any = None
         self._confirmed: set[str] = set()
         self.subscribed = asyncio.Event()
+        self._stopping = False
+
+    def stop(self) -> None:
+        """Make :meth:`run` return at its next message or 1 s read timeout.
+
+        Called beside ``task.cancel()``: a cancellation can be swallowed by a
+        client library mid-call (seen on the cluster's sharded pub/sub), and a
+        listener that goes on would hold a stopping consumer forever.
+        """
+        self._stopping = True
 
     async def run(self) -> None:
-        """Listen until cancelled; reconnect with back-off when the connection fails."""
-        while True:
+        """Listen until stopped or cancelled; reconnect with back-off when the connection fails."""
+        while not self._stopping:
             try:
                 if self._pubsub is None:
                     self._pubsub = sharded_pubsub(self._redis)

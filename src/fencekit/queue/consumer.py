@@ -196,6 +196,7 @@ class Consumer(Turns, WakeClaims):
         try:
             await self._loop()
         finally:
+            self._cancels.stop()
             cancels.cancel()
             await self._waker.stop(waker, self._unblock)
             await asyncio.gather(cancels, return_exceptions=True)
