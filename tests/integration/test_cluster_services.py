@@ -539,3 +539,35 @@ async def test_the_admin_source_reads_queues_on_every_master(cluster: LocalClust
             assert (await source.snapshot()).totals.cancelled == 1
     finally:
         await source.aclose()
+
+
+async def _two_tasks_then_stop(url: str) -> list[int]:
+    """Run a Server whose startup enqueues two tasks and whose second task stops it."""
+    done: list[int] = []
+    server: Any = None
+
+    async def perform(payload: dict[str, Any]) -> None:
+        done.append(payload["n"])
+        if len(done) == 2:
+            server.stop()
+
+    server = new_server(url, worker("quick", "go", perform), concurrency=5)
+
+    @server.on_startup
+    async def enqueue_two() -> None:
+        await server.enqueue(Task("quick", "go", {"n": 1}))
+        await server.enqueue(Task("quick", "go", {"n": 2}))
+
+    await asyncio.wait_for(server.run(), 15)
+    return sorted(done)
+
+
+async def test_a_server_that_stops_right_after_its_first_tasks_always_stops(url: str) -> None:
+    """Start, perform two tasks, stop at once, twenty times: each run must end (within 15 s).
+
+    The consumer's cancel listener was cancelled while its sharded pub/sub read
+    was in flight; the cancellation was lost there and the stopping Server
+    hung for good (2 of 6 runs of the seed example hung before the fix).
+    """
+    for _ in range(20):
+        assert await _two_tasks_then_stop(url) == [1, 2]
