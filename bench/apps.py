@@ -6,7 +6,7 @@
   ``many_queues_10``, ``many_queues_100``, ``many_queues_1000``: the same on the first
   10, 100 or 1000 of ``q000`` .. ``q999`` (:func:`queue_names`);
 - ``hooked``, ``traced``: ``noop`` with every job hook set to a no-op, or traced by
-  ``fencekit.otel`` into an SDK provider without exporter (:mod:`bench.hooks_cost`);
+  ``fencekit.integrations.otel`` into an SDK provider without exporter (:mod:`bench.hooks_cost`);
 - ``many_ops_1``, ``many_ops_10``, ``many_ops_100``: 1, 10 or 100 no-op worker classes
   on queue ``bench``, operations ``op000`` .. ``op099`` (:func:`op_names`);
 - ``task_fn``, ``sync_task_fn``, ``sync_class``: operation ``noop`` as an async task
@@ -26,7 +26,7 @@ from typing import Any
 
 import redis.asyncio as aredis
 
-from fencekit.queue.job import current_job
+from fencekit.consume.job import current_job
 from fencekit.runtime.app import App
 
 QUEUE = "bench"
@@ -178,14 +178,14 @@ def hooked() -> Any:
 
 
 def traced() -> Any:
-    """``noop``'s workers traced by ``fencekit.otel`` into an SDK provider that keeps nothing.
+    """``noop``'s workers traced by ``fencekit.integrations.otel`` into an SDK provider that keeps nothing.
 
     The spans are made and ended (the SDK's cost) but go to no exporter.
     """
     from opentelemetry.sdk.trace import TracerProvider
 
     from fencekit import App
-    from fencekit.otel import otel_hooks
+    from fencekit.integrations.otel import otel_hooks
 
     return App(noop, hooks=otel_hooks(tracer_provider=TracerProvider()))
 

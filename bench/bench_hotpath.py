@@ -23,7 +23,7 @@ from fencekit._redis import scripts
 from fencekit._redis.keys import KeySpace
 from fencekit._redis.link import Link, open_link
 from fencekit._redis.url import parse_url
-from fencekit.queue import codec
+from fencekit.jobs import codec
 from fencekit.testing import RedisServer
 
 TURNS = 200

@@ -3,7 +3,7 @@
 Drains N no-op tasks with a pool of ``--procs`` children, alternately with no
 hooks (``bench.apps:noop``), with every job callback set to a no-op
 (``bench.apps:hooked``: the events built and the calls made) and traced by
-``fencekit.otel`` into an SDK provider without exporter (``bench.apps:traced``:
+``fencekit.integrations.otel`` into an SDK provider without exporter (``bench.apps:traced``:
 four spans per job), each round on a fresh private Redis; prints every rate,
 the medians and their ratios to no hooks. What "no hooks" costs against the
 code before hooks existed is an A/B of two checkouts: ``python -m bench.ab``.

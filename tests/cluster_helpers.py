@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from fencekit._redis import scripts
-from fencekit._redis.cluster import slot_of
+from fencekit._redis.cluster.link import slot_of
 from fencekit._redis.keys import KeySpace, QueueKeys
 from fencekit.testing import RedisServer
 from fencekit.testing.cluster import LocalCluster

@@ -17,9 +17,9 @@ import asyncio
 import random
 from typing import Any
 
-from fencekit.queue.client import Client
-from fencekit.queue.job import current_job
-from fencekit.queue.task import Task
+from fencekit.consume.job import current_job
+from fencekit.jobs.task import Task
+from fencekit.produce.client import Client
 from fencekit.runtime.app import App
 
 QUEUE = "demo"

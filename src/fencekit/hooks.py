@@ -21,7 +21,7 @@ a queue of your own. One that raises never breaks the caller: the error is
 logged (``fencekit.hooks``, once per callback and then every 1,000th time)
 and the work goes on. A job's outcome callbacks run once Redis accepted
 the outcome (an ack that landed, a retry that was scheduled); an outcome
-Redis refuses is ``on_fenced_out`` instead. ``fencekit.otel.otel_hooks()``
+Redis refuses is ``on_fenced_out`` instead. ``fencekit.integrations.otel.otel_hooks()``
 builds a set that records OpenTelemetry spans.
 
 Nothing is called, and the hot path pays one ``is None`` test per job, when
@@ -33,9 +33,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from fencekit.primitives.tokens import BeginOutcome
+if TYPE_CHECKING:  # hooks sit below the primitives that call them
+    from fencekit.primitives.tokens import BeginOutcome
 
 __all__ = ["FenceKitHooks", "JobEvent", "check_hooks", "key_label"]
 

@@ -32,11 +32,11 @@ from fencekit._options import Option, defaults, describe, given, resolve, table,
 from fencekit._redis.address import default_url
 from fencekit._redis.keys import DEFAULT_PREFIX, validate_prefix
 from fencekit._redis.url import DEFAULT_URL, parse_url
-from fencekit.queue.codec import DEFAULT_MAX_PAYLOAD
-from fencekit.queue.flow import check_weights, parse_weights
-from fencekit.queue.threads import DEFAULT_SYNC_CONCURRENCY
+from fencekit.jobs.codec import DEFAULT_MAX_PAYLOAD
+from fencekit.jobs.flow import check_weights, parse_weights
 
 __all__ = [
+    "DEFAULT_SYNC_CONCURRENCY",
     "ClientOptions",
     "ClientSettings",
     "Option",
@@ -52,6 +52,9 @@ __all__ = [
     "table",
     "with_url",
 ]
+
+DEFAULT_SYNC_CONCURRENCY = 16
+"""Threads of one consumer for sync (plain ``def``) tasks, unless ``sync_concurrency`` says otherwise."""
 
 _OFF = frozenset(("", "none", "off", "null"))
 

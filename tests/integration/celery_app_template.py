@@ -27,8 +27,8 @@ from celery.signals import worker_process_shutdown, worker_ready
 
 from fencekit import DistributedLock, FenceGate, IdempotencyGuard
 from fencekit._coverage import save as save_coverage
-from fencekit.celery import current_token, idempotent_task
 from fencekit.errors import FencedOutError
+from fencekit.integrations.celery import current_token, idempotent_task
 
 DIR = Path(os.environ["FK_DIR"])
 HOLD_LIMIT_S = 60.0  # a body never waits longer for its hold file to go

@@ -27,7 +27,7 @@ DATABASES = {
 MODELS = """
 from django.db import models
 
-from fencekit.django import FenceField
+from fencekit.integrations.django import FenceField
 
 
 class Analysis(models.Model):
@@ -70,7 +70,7 @@ def main(vendor: str, name: str) -> int:
 
     import fencekit
     from fencekit import FencedOutError, FenceToken
-    from fencekit.django import UpsertOutcome, fenced_update, fenced_upsert
+    from fencekit.integrations.django import UpsertOutcome, fenced_update, fenced_upsert
 
     with connection.schema_editor() as editor:
         editor.create_model(Analysis)

@@ -29,10 +29,10 @@ import pytest
 import redis.asyncio
 
 from fencekit._redis.keys import KeySpace
-from fencekit.queue.client import Client
-from fencekit.queue.histogram import DEFAULT_BUCKETS, DurationHistogram, QueueDurations
-from fencekit.queue.history import HistorySampler
-from fencekit.queue.task import Task
+from fencekit.jobs.histogram import DEFAULT_BUCKETS, DurationHistogram, QueueDurations
+from fencekit.jobs.history import HistorySampler
+from fencekit.jobs.task import Task
+from fencekit.produce.client import Client
 from fencekit.runtime.server import Server
 from fencekit.web import WebServer, create_app
 from fencekit.web.source import AdminSource

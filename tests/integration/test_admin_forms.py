@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from fencekit.queue.client import Client
-from fencekit.queue.task import Task
+from fencekit.jobs.task import Task
+from fencekit.produce.client import Client
 from fencekit.testing import RedisServer
 from fencekit.web import WebServer, create_app
 from fencekit.web.security import MAX_FORM_BYTES

@@ -1,7 +1,7 @@
 """Burst mode on real Redis and real processes: serve until drained, then stop.
 
 ``Server(burst=True)`` and ``python -m fencekit.pool APP --burst`` share one
-rule (``fencekit.queue.drain``); these tests check what it promises by
+rule (``fencekit.services.drain``); these tests check what it promises by
 reading Redis afterwards: every task ran (follow-ups enqueued by running
 tasks and retries after a delay included), nothing is left pending,
 scheduled or in flight, and the counters add up (I6). A task scheduled far
@@ -25,7 +25,7 @@ from tests.servers import direct
 
 from fencekit import Client, Task, current_job
 from fencekit.errors import DrainTimeout
-from fencekit.queue.drain import DrainRule, Observation, QueueLeft, observe
+from fencekit.services.drain import DrainRule, Observation, QueueLeft, observe
 
 
 async def _relay(payload: dict[str, Any], queue: str, operation: str) -> None:

@@ -1,4 +1,4 @@
-"""``fencekit.celery.idempotent_task`` in a real Celery worker, on real brokers.
+"""``fencekit.integrations.celery.idempotent_task`` in a real Celery worker, on real brokers.
 
 The worker is ``python -m celery -A fk_celery_app worker`` (prefork pool,
 two children, ``acks_late``, ``task_reject_on_worker_lost``, prefetch 1),
@@ -43,8 +43,8 @@ from celery.result import AsyncResult
 from tests.servers import check_flavor
 
 from fencekit import DistributedLock, FenceGate, IdempotencyGuard
-from fencekit.celery import current_lock, current_token, idempotent_task
 from fencekit.errors import ConfigError, FencedOutError, LockNotOwned, NoCurrentJob
+from fencekit.integrations.celery import current_lock, current_token, idempotent_task
 from fencekit.testing import RedisServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -99,7 +99,7 @@ def local_app() -> Iterator[Celery]:
 def test_the_module_imports_without_celery_and_the_decorator_names_the_extra() -> None:
     code = (
         "import sys; sys.modules['celery'] = None\n"
-        "import fencekit.celery as fc\n"
+        "import fencekit.integrations.celery as fc\n"
         "try:\n"
         "    fc.idempotent_task(None, None, key=str, lock_resource=str,"
         " idempotency_ttl=None, lock_ttl=None)\n"
@@ -110,7 +110,9 @@ def test_the_module_imports_without_celery_and_the_decorator_names_the_extra() -
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env, check=True
     )
-    assert out.stdout.strip() == "fencekit.celery needs Celery: pip install 'fencekit-jobs[celery]'"
+    assert (
+        out.stdout.strip() == "fencekit.integrations.celery needs Celery: pip install 'fencekit-jobs[celery]'"
+    )
 
 
 @pytest.mark.parametrize(

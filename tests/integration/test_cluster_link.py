@@ -1,7 +1,7 @@
 """The lean hot path on a real Redis Cluster: routing by slot, redirects, a URL that does not fit.
 
 A 3-master :class:`~fencekit.testing.cluster.LocalCluster` (no replicas) per module,
-flushed per test. Each test drives :class:`fencekit._redis.cluster.ClusterLink`
+flushed per test. Each test drives :class:`fencekit._redis.cluster.link.ClusterLink`
 (what a consumer and a ``Client`` use on a ``redis+cluster://`` URL) with the queue's
 own scripts, and checks the outcome on the nodes themselves: a redirect is followed
 and the script runs exactly once (the queue's ``enqueued`` counter says how many
@@ -20,7 +20,7 @@ import redis
 from tests.cluster_helpers import KEYS, enqueue, migrating, queues_on_every_master
 
 from fencekit import Server
-from fencekit._redis.cluster import ClusterLink, slot_of
+from fencekit._redis.cluster.link import ClusterLink, slot_of
 from fencekit._redis.link import open_link
 from fencekit._redis.run import NodeLost
 from fencekit._redis.url import parse_url

@@ -22,12 +22,12 @@ from tests.queue_helpers import eventually, new_server, running, worker
 from fencekit import Client, JobCancelled, JobStatus, SyncClient, Task
 from fencekit._redis import scripts
 from fencekit._redis.clients import aclose_client, async_client, close_sync_client, sync_client
-from fencekit._redis.cluster import slot_of
-from fencekit._redis.cluster_pubsub import ClusterSubscriber, sharded_pubsub
+from fencekit._redis.cluster.link import slot_of
+from fencekit._redis.cluster.pubsub import ClusterSubscriber, sharded_pubsub
 from fencekit._redis.run import Durability
 from fencekit._redis.steps import Batch, Op, arun_batch, cmd, run_batch
 from fencekit.errors import DurabilityError, StoreError
-from fencekit.queue.results import SAFETY_REREAD
+from fencekit.produce.results import SAFETY_REREAD
 from fencekit.testing.cluster import LocalCluster
 from fencekit.web.source import AdminSource
 

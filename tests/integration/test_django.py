@@ -1,4 +1,4 @@
-"""fencekit.django on the machine's real PostgreSQL and MariaDB, through Django's ORM.
+"""fencekit.integrations.django on the machine's real PostgreSQL and MariaDB, through Django's ORM.
 
 Django can be configured once per process, so each database's cases run in a
 process of their own (``django_cases.py``) against a database this test
@@ -36,9 +36,9 @@ def test_fenced_update_and_upsert_through_the_django_orm(vendor: str, tmp_path: 
 def test_the_module_imports_without_django() -> None:
     code = (
         "import sys; sys.modules['django'] = None\n"
-        "import fencekit, fencekit.django\n"
-        "assert fencekit.fenced_update is fencekit.django.fenced_update\n"
-        "from fencekit.storage import SupportsFencedUpdate, fenced_update  # 0.6.1's path\n"
+        "import fencekit, fencekit.integrations.django\n"
+        "assert fencekit.fenced_update is fencekit.integrations.django.fenced_update\n"
+        "from fencekit.integrations.django import SupportsFencedUpdate, fenced_update  # 0.6.1's path\n"
         "assert fenced_update is fencekit.fenced_update\n"
         "print('imported')"
     )

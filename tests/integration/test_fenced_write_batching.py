@@ -1,6 +1,6 @@
 """Fenced writes made while one is in flight share one script call; each keeps its own outcome.
 
-On a real Redis, through the consumer's write path (``fencekit.queue.job.fenced_writes``
+On a real Redis, through the consumer's write path (``fencekit.consume.job.fenced_writes``
 over a lean connection): deliveries still in flight are written, those no
 longer in flight or older than their fence are refused, each on its own.
 """
@@ -13,8 +13,8 @@ from typing import Any
 import redis
 
 from fencekit._redis.hotpath import LeanConnection
+from fencekit.consume.job import fenced_writes
 from fencekit.errors import FencedOutError
-from fencekit.queue.job import fenced_writes
 
 
 def script_calls(r: redis.Redis) -> int:

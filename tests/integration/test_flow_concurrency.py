@@ -21,7 +21,7 @@ from tests.queue_helpers import eventually, new_server, qkey, running, stats, wo
 
 from fencekit import App, Client, Task
 from fencekit.errors import ConfigError, PayloadError
-from fencekit.queue.worker import inspect_worker
+from fencekit.jobs.worker import inspect_worker
 
 
 def most_at_once(intervals: list[tuple[float, float]]) -> int:

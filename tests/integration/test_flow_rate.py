@@ -19,8 +19,8 @@ from tests.queue_helpers import eventually, new_server, qkey, running, stats, wo
 
 from fencekit import Client, Task, current_job
 from fencekit.errors import ConfigError
-from fencekit.queue.flow import Rate, parse_rate
-from fencekit.queue.worker import inspect_worker
+from fencekit.jobs.flow import Rate, parse_rate
+from fencekit.jobs.worker import inspect_worker
 
 RATE_APP = textwrap.dedent(
     """

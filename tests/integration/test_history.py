@@ -30,9 +30,9 @@ from tests.queue_helpers import eventually, new_server, qkey, running, worker
 from fencekit import Client, Task
 from fencekit._redis.keys import KeySpace
 from fencekit.errors import StoreError
-from fencekit.queue.histogram import DEFAULT_BUCKETS, DurationHistogram, QueueDurations
-from fencekit.queue.history import HOURS, MINUTES, HistorySampler, read_histories, read_history
-from fencekit.queue.history import INTERVAL as HISTORY_INTERVAL
+from fencekit.jobs.histogram import DEFAULT_BUCKETS, DurationHistogram, QueueDurations
+from fencekit.jobs.history import HOURS, MINUTES, HistorySampler, read_histories, read_history
+from fencekit.jobs.history import INTERVAL as HISTORY_INTERVAL
 from fencekit.runtime.server import Server
 from fencekit.testing import RedisServer, wait_until
 
@@ -242,7 +242,7 @@ async def test_a_full_history_is_bounded_and_its_bytes_are_as_documented(
             for part in ("history:m", "history:h", "history:last")
         )
         print(f"history bytes, one queue, full windows: {size}")
-        # queue/history.py and the README state "about 0.3 MB" for a queue busy through both windows
+        # jobs/history.py and the README state "about 0.3 MB" for a queue busy through both windows
         assert 200_000 < size < 450_000
     finally:
         await client.aclose()

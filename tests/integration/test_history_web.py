@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.queue_helpers import eventually, new_server, qkey, running, worker
 
 from fencekit import Client, Task
-from fencekit.queue.history import HistorySampler
+from fencekit.jobs.history import HistorySampler
 from fencekit.runtime.server import Server
 from fencekit.testing import RedisServer
 

@@ -1,6 +1,6 @@
 """Hostile input (issue 6, item 4; I6, I7 of docs/design.md).
 
-- ``fencekit.queue.codec.decode`` fuzzed with hypothesis: it raises nothing but
+- ``fencekit.jobs.codec.decode`` fuzzed with hypothesis: it raises nothing but
   ``PayloadError``, whatever the bytes.
 - Raw bytes pushed straight into a queue's pending list (garbage, huge, deeply
   nested JSON, wrong types, invalid UTF-8, valid JSON with wrong field types)
@@ -27,7 +27,7 @@ from tests.queue_helpers import eventually, inflight_count, new_server, qkey, ru
 
 from fencekit import Client, PayloadError, Task
 from fencekit.errors import ConfigError
-from fencekit.queue.codec import Envelope, decode, encode
+from fencekit.jobs.codec import Envelope, decode, encode
 from fencekit.testing import RedisServer, wait_until
 
 # -- the codec -------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import orjson
 import pytest
 from tests.queue_helpers import eventually, new_server, qkey, running, stats, worker
 
-import fencekit.queue.results
+import fencekit.produce.results
 from fencekit import (
     Client,
     FencedOutError,
@@ -34,8 +34,8 @@ from fencekit._redis import scripts
 from fencekit._redis.clients import async_client
 from fencekit._redis.keys import KeySpace
 from fencekit._redis.run import arun
-from fencekit.queue import settle
-from fencekit.queue.settle import Delivery, Retention
+from fencekit.consume import settle
+from fencekit.consume.settle import Delivery, Retention
 from fencekit.testing import RedisServer
 
 KEYS = KeySpace()
@@ -125,7 +125,7 @@ async def test_result_is_woken_by_the_finishing_ack_not_by_a_re_read(
     redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With the safety re-read pushed out to a minute, only the ack's message can end the wait."""
-    monkeypatch.setattr(fencekit.queue.results, "SAFETY_REREAD", 60.0)
+    monkeypatch.setattr(fencekit.produce.results, "SAFETY_REREAD", 60.0)
     release = asyncio.Event()
     finished_at: list[float] = []
 
@@ -150,7 +150,7 @@ async def test_a_failure_a_cancel_and_an_expiry_wake_result_without_a_re_read(
     redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """fail.lua, cancel.lua and drop.lua publish the jid as the ack does: ``result()`` raises at once."""
-    monkeypatch.setattr(fencekit.queue.results, "SAFETY_REREAD", 60.0)
+    monkeypatch.setattr(fencekit.produce.results, "SAFETY_REREAD", 60.0)
     release = asyncio.Event()
 
     async def broken(payload: dict[str, Any]) -> None:
@@ -504,7 +504,7 @@ def test_the_record_scripts_run_on_redis_cluster(tmp_path: Path, server_binary: 
     """Each record script stays in its queue's slot: enqueue with records, a recorded ack (and its
     SPUBLISH), job_info, progress, a kept failure and its retry, expiry, dedupe, cancel, purge."""
     from fencekit._redis.run import run
-    from fencekit.queue import codec
+    from fencekit.jobs import codec
     from fencekit.testing.cluster import LocalCluster
 
     with LocalCluster(tmp_path / "cluster", binary=server_binary) as cluster:
@@ -611,7 +611,7 @@ async def test_result_survives_its_subscription_being_killed(
     redis_url: str, r: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The pub/sub connection is killed while result() waits: it resubscribes and is still woken."""
-    monkeypatch.setattr(fencekit.queue.results, "SAFETY_REREAD", 60.0)
+    monkeypatch.setattr(fencekit.produce.results, "SAFETY_REREAD", 60.0)
     release = asyncio.Event()
 
     async def held(payload: dict[str, Any]) -> str:

@@ -1,4 +1,4 @@
-"""fencekit.otel on the OpenTelemetry SDK's in-memory exporter, with a real Redis and Server.
+"""fencekit.integrations.otel on the OpenTelemetry SDK's in-memory exporter, with a real Redis and Server.
 
 A job's spans must form one trace with the request that enqueued it: the
 W3C ``traceparent`` travels through Redis inside the task's envelope, so
@@ -24,8 +24,8 @@ from opentelemetry.trace import SpanKind, StatusCode
 from tests.queue_helpers import eventually, new_server, reaped_while_running, running, worker
 
 from fencekit import Client, DistributedLock, FencedOutError, FenceGate, FenceToken, Task, current_job
-from fencekit.otel import otel_hooks
-from fencekit.queue import codec
+from fencekit.integrations.otel import otel_hooks
+from fencekit.jobs import codec
 
 
 @pytest.fixture

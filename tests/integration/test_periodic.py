@@ -28,8 +28,8 @@ from tests.queue_helpers import eventually, new_server, running
 
 from fencekit import Client, SyncClient
 from fencekit._redis.keys import KeySpace
-from fencekit.queue.periodic import Schedule
-from fencekit.queue.ticker import Ticker
+from fencekit.jobs.periodic import Schedule
+from fencekit.services.ticker import Ticker
 from fencekit.testing import RedisServer
 
 

@@ -32,17 +32,18 @@ from tests.servers import direct, node_of, nodes
 from fencekit import Client, FencedOutError, StoreError, Task
 from fencekit._redis import scripts
 from fencekit._redis.clients import aclose_client, async_client, sync_client
-from fencekit._redis.cluster import ClusterLink
+from fencekit._redis.cluster.link import ClusterLink
 from fencekit._redis.keys import KeySpace, job_resource
 from fencekit._redis.link import open_link
 from fencekit._redis.run import NodeLost, arun, run
 from fencekit._redis.url import parse_url
+from fencekit.consume import settle
+from fencekit.consume.settle import Delivery, Retention
+from fencekit.jobs import codec
+from fencekit.jobs.worker import RetryPolicy, WorkerRegistry
 from fencekit.primitives.fence import AsyncFenceGate
 from fencekit.primitives.tokens import FenceToken
-from fencekit.queue import codec, settle
-from fencekit.queue.reaper import Reaper
-from fencekit.queue.settle import Delivery, Retention
-from fencekit.queue.worker import RetryPolicy, WorkerRegistry
+from fencekit.services.reaper import Reaper
 from fencekit.settings import ServerSettings, defaults
 
 KEYS = KeySpace()

@@ -52,7 +52,7 @@ async def test_the_time_limits_example_enqueues_as_it_says(redis_url: str):
     namespace: dict[str, object] = {}
     exec(block_with("class AnalyseGame"), namespace)
     from fencekit import Client
-    from fencekit.queue.codec import decode
+    from fencekit.jobs.codec import decode
 
     async with Client(redis_url=redis_url) as client:
         await namespace["produce"](client)  # type: ignore[operator]
@@ -290,8 +290,8 @@ async def eventually_async(read: Any, done: Any, timeout: float = 10.0) -> None:
 
 def test_the_flow_control_examples_declare_valid_workers_and_tasks():
     """The priority, rate-limit and concurrency-key examples run as written and say what they claim."""
-    from fencekit.queue.flow import Rate
-    from fencekit.queue.worker import inspect_worker
+    from fencekit.jobs.flow import Rate
+    from fencekit.jobs.worker import inspect_worker
 
     prio: dict[str, Any] = {"__name__": "readme_prio"}
     exec(block_with("async def send_now(client: Client, to: str)"), prio)

@@ -1,4 +1,4 @@
-"""fencekit.sql on the machine's real PostgreSQL and MariaDB, through Core and ORM, sync and asyncio.
+"""fencekit.integrations.sql on the real PostgreSQL and MariaDB, through Core and ORM, sync and asyncio.
 
 Each database is this module's own (created, then dropped). Every behaviour runs
 over both servers and the four kinds of executor: Connection, Session,
@@ -28,7 +28,7 @@ from tests.sql_helpers import Database, own_database
 
 from fencekit import FencedOutError, FenceToken
 from fencekit.errors import ConfigError
-from fencekit.sql import (
+from fencekit.integrations.sql import (
     UpsertOutcome,
     fence_column,
     fence_mapped_column,
@@ -36,7 +36,7 @@ from fencekit.sql import (
     fenced_update,
     fenced_upsert,
 )
-from fencekit.sql.alembic import add_fence_column, drop_fence_column
+from fencekit.integrations.sql.alembic import add_fence_column, drop_fence_column
 
 metadata = sa.MetaData()
 accounts = sa.Table(
@@ -79,7 +79,7 @@ def engine(db: Database) -> Iterator[sa.Engine]:
 
 
 class Writer:
-    """Runs a fencekit.sql call in its own committed transaction through one kind of executor."""
+    """Runs a fencekit.integrations.sql call in its own committed transaction through one kind of executor."""
 
     def __init__(self, mode: str, db: Database, engine: sa.Engine) -> None:
         self.mode = mode

@@ -27,7 +27,7 @@ from tests.queue_helpers import ServerProcess, eventually, new_server, running
 from tests.sql_helpers import Database, own_database
 
 from fencekit import Client, Task, current_job
-from fencekit.sql import fence_column, fenced_update
+from fencekit.integrations.sql import fence_column, fenced_update
 
 pytestmark = pytest.mark.slow
 
@@ -54,7 +54,7 @@ CHILD = textwrap.dedent(
     from sqlalchemy.pool import NullPool
 
     from fencekit import FencedOutError, Server, current_job
-    from fencekit.sql import fenced_update
+    from fencekit.integrations.sql import fenced_update
 
     URL, QUEUE, TTL, GRACE, DB_URL, DIR = sys.argv[1:7]
     DIR = Path(DIR)

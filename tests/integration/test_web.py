@@ -27,8 +27,8 @@ from starlette.routing import Mount
 from fencekit._redis.clients import async_client
 from fencekit._redis.keys import KeySpace
 from fencekit._redis.url import parse_url
-from fencekit.queue.client import Client
-from fencekit.queue.task import Task
+from fencekit.jobs.task import Task
+from fencekit.produce.client import Client
 from fencekit.runtime.server import Server
 from fencekit.testing import RedisServer
 from fencekit.web import WebServer, create_app

@@ -21,10 +21,10 @@ import pytest
 from starlette.applications import Starlette
 
 from fencekit.errors import ConfigError
+from fencekit.jobs.histogram import DurationHistogram
 from fencekit.pool import sdnotify
 from fencekit.pool.board import Board
 from fencekit.primitives.tokens import FenceToken, LockHandle
-from fencekit.queue.histogram import DurationHistogram
 from fencekit.runtime.app import App, load_app, load_worker_paths
 from fencekit.runtime.hooks import check_hook, run_hooks
 from fencekit.settings import PoolSettings, ServerSettings, resolve

@@ -1,6 +1,6 @@
 """Redis Cluster without I/O: the URL, the slot map, the redirect errors and the routing rule.
 
-The same rule (:func:`fencekit._redis.routing.route_steps`) drives the lean
+The same rule (:func:`fencekit._redis.cluster.routing.route_steps`) drives the lean
 ``ClusterLink`` and redis-py's batches; here it is driven by a fake cluster of
 plain dictionaries whose owners move, so each redirect path runs and the
 bounds (redirects, TRYAGAIN) bind. The real cluster runs in
@@ -15,7 +15,7 @@ import pytest
 from redis.crc import key_slot
 from redis.exceptions import AskError, ClusterDownError, MovedError, TryAgainError
 
-from fencekit._redis.routing import (
+from fencekit._redis.cluster.routing import (
     MAX_REDIRECTS,
     REFRESH,
     TRYAGAIN_LIMIT,

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from fencekit.queue.batching import Coalescer
+from fencekit.produce.batching import Coalescer
 
 
 class Gate:

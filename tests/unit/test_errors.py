@@ -51,8 +51,8 @@ from fencekit.errors import (
     StoreError,
     script_error,
 )
+from fencekit.jobs.codec import decode
 from fencekit.primitives.canonical import canonicalize
-from fencekit.queue.codec import decode
 
 LUA_DIR = Path(errors.__file__).parent / "_redis" / "lua"
 
@@ -102,7 +102,7 @@ def is_testing(name: str) -> bool:
 def quiet_import(name: str) -> ModuleType:
     """Import ``name`` without its deprecation warning, and leave no trace of a deprecated shim.
 
-    A shim of an old path (``fencekit.codec`` ...) warns once per process when
+    A shim of an old path (``fencekit.jobs.codec`` ...) warns once per process when
     imported; it is dropped again so that a later import still warns.
     """
     fresh = name not in sys.modules
@@ -123,7 +123,7 @@ def quiet_import(name: str) -> ModuleType:
 def package_modules() -> list[str]:
     names = [m.name for m in pkgutil.walk_packages(fencekit.__path__, "fencekit.")]
     assert "fencekit.errors" in names, names  # the walk works ...
-    assert "fencekit.queue.consumer" in names, names  # ... and goes into subpackages
+    assert "fencekit.consume.consumer" in names, names  # ... and goes into subpackages
     return names
 
 

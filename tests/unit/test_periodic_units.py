@@ -10,8 +10,8 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from fencekit import App, ConfigError
-from fencekit.queue.periodic import MAX_CATCH_UP_AGE, MAX_CATCH_UP_TICKS, Schedule, schedule_of
-from fencekit.queue.worker import inspect_worker
+from fencekit.jobs.periodic import MAX_CATCH_UP_AGE, MAX_CATCH_UP_TICKS, Schedule, schedule_of
+from fencekit.jobs.worker import inspect_worker
 
 
 def worker(**attrs: Any) -> type:

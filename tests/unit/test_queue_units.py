@@ -19,8 +19,8 @@ from fencekit import ConfigError, PayloadError, RetryPolicy, Server, Task
 from fencekit._redis import scripts
 from fencekit._redis.keys import KeySpace, job_resource
 from fencekit._redis.url import parse_url
-from fencekit.queue.codec import decode, encode
-from fencekit.queue.worker import WorkerRegistry, inspect_worker
+from fencekit.jobs.codec import decode, encode
+from fencekit.jobs.worker import WorkerRegistry, inspect_worker
 
 # -- codec --------------------------------------------------------------------------------
 

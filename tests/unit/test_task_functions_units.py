@@ -15,8 +15,8 @@ from typing import Any, get_type_hints
 import pytest
 
 from fencekit import App, ConfigError, PayloadError
-from fencekit.queue.binding import Binder, Unbound
-from fencekit.queue.worker import WORKER_DEFAULTS, WorkerOptions, WorkerRegistry, inspect_worker
+from fencekit.jobs.binding import Binder, Unbound
+from fencekit.jobs.worker import WORKER_DEFAULTS, WorkerOptions, WorkerRegistry, inspect_worker
 from fencekit.runtime.app import import_path
 
 

@@ -48,12 +48,12 @@ Cluster too (invariant I5 of ``docs/design.md``). The schema, with ``P`` the pre
                                       delivery cancelled, for its consumer
     P:{Q}:history:last         HASH   the counters the previous history sample saw, and
                                       the newest bucket of each tier (m, h)
-    P:{Q}:history:m            HASH   minute number -> the minute's history (queue/history.py):
+    P:{Q}:history:m            HASH   minute number -> the minute's history (jobs/history.py):
                                       counts, depth, durations; the newest 2,880 minutes
     P:{Q}:history:h            HASH   hour number -> the same per hour; the newest 2,160 hours
     P:{Q}:schedules            HASH   operation -> JSON definition of its schedule (cron or
                                       every, tz, catch-up, params), written by each process
-                                      that runs it (queue/ticker.py), read by schedules()
+                                      that runs it (services/ticker.py), read by schedules()
     P:{Q}:cron:<operation>     STRING the newest tick (Unix ms) enqueued for that schedule by
                                       any host: periodic_enqueue.lua enqueues only newer ticks
     P:fence:{Q}:job:<jid>      STRING highest token of the task's deliveries whose writes

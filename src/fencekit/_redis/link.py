@@ -21,9 +21,10 @@ import redis.asyncio
 from redis.exceptions import RedisError
 
 from fencekit._redis.clients import aclose_client, async_client
-from fencekit._redis.run import Durability, apipeline, translate_error
+from fencekit._redis.run import Durability, translate_error
 from fencekit._redis.scripts import Call
 from fencekit._redis.sentinel import MasterWatch
+from fencekit._redis.steps import apipeline
 from fencekit._redis.url import RedisTarget
 from fencekit.errors import ConfigError, StoreError
 
@@ -53,14 +54,14 @@ async def open_link(
     """Open a link of ``kind`` ``"lean"`` (default) or ``"redis-py"``.
 
     On a ``redis+cluster://`` target the lean kind is a
-    :class:`~fencekit._redis.cluster.ClusterLink` (a lean connection per
+    :class:`~fencekit._redis.cluster.link.ClusterLink` (a lean connection per
     primary, routed by slot); the redis-py kind is redis-py's cluster client.
 
     ``watch``: the owner's master watch (Sentinel), so the link leaves a
     demoted master at once (a redis-py link follows its own client's watch).
     """
     if kind == "lean" and target.is_cluster:
-        from fencekit._redis.cluster import ClusterLink
+        from fencekit._redis.cluster.link import ClusterLink
 
         return await ClusterLink.open(target, name=name)
     if kind == "lean":

@@ -15,7 +15,7 @@ a re-send). :class:`Durability` is the ``WAIT`` that follows writes when
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any, NamedTuple, overload
 
 import redis
@@ -40,7 +40,6 @@ __all__ = [
     "NodeLost",
     "Redirected",
     "TryAgain",
-    "apipeline",
     "arun",
     "as_text",
     "run",
@@ -209,20 +208,3 @@ async def arun(client: redis.asyncio.Redis | redis.asyncio.RedisCluster, call: C
         except NoScriptError:
             await client.script_load(call.script.source)
             return await client.evalsha(call.script.sha, len(call.keys), *keys_and_args)
-
-
-async def apipeline(
-    client: redis.asyncio.Redis, calls: Sequence[Call], *, wait: Durability | None = None
-) -> list[Any]:
-    """Run script ``calls`` in one round trip on an asyncio client.
-
-    Scripts missing on the server are loaded once and only their calls run
-    again (they did not run). A call's own error reply comes back translated
-    in its slot; a connection failure raises :class:`StoreError`. With
-    ``wait`` a ``WAIT`` follows the calls in the same round trip and its reply
-    -- how many replicas confirmed -- is appended to the results. The rule is
-    :func:`fencekit._redis.steps.batch_steps`.
-    """
-    from fencekit._redis.steps import Batch, arun_batch  # steps builds on this module
-
-    return await arun_batch(client, Batch(calls, slots=True, wait=wait))

@@ -8,12 +8,12 @@ want errors in their slots) the exception is thrown into the generator at
 its ``yield``, so a ``finally`` there sees it. :func:`drive` runs steps on a
 ``redis.Redis``, :func:`adrive` on a ``redis.asyncio.Redis``: the queue's
 rules (``fencekit.queue.inspect``, ``results``, ``registry``, ``enqueue``)
-are written once for ``Client`` and ``SyncClient``, as ``fencekit.sql._run``
+are written once for ``Client`` and ``SyncClient``, as ``fencekit.integrations.sql._run``
 does for SQL.
 
 One batch is run by :func:`batch_steps` over a raw executor (one pipeline,
 or the bare command when the batch holds one op; on a Redis Cluster client,
-one per node: :mod:`fencekit._redis.cluster_batches`): a script missing on the
+one per node: :mod:`fencekit._redis.cluster.batches`): a script missing on the
 server (``NOSCRIPT``, so it did not run) is loaded and only the missing calls
 run again, in one more round trip (after the rest of their batch); errors are
 translated (:func:`~fencekit._redis.run.translate_error`); nothing is re-sent
@@ -44,11 +44,13 @@ __all__ = [
     "Steps",
     "adrive",
     "aexecute_ops",
+    "apipeline",
     "arun_batch",
     "batch_steps",
     "cmd",
     "drive",
     "execute_ops",
+    "register_executors",
     "run_batch",
 ]
 
@@ -149,18 +151,37 @@ async def aexecute_ops(client: redis.asyncio.Redis, ops: list[Op]) -> list[Any]:
     return list(await pipe.execute(raise_on_error=False))
 
 
-_SYNC_CLUSTER: tuple[type, ...] = (redis.RedisCluster,)
-_ASYNC_CLUSTER: tuple[type, ...] = (redis.asyncio.RedisCluster,)
-"""redis-py's cluster clients, typed as the plain ones (``fencekit._redis.clients``): one check per batch."""
+Execute: TypeAlias = Callable[[Any, list[Op]], list[Any]]
+AsyncExecute: TypeAlias = Callable[[Any, list[Op]], Awaitable[list[Any]]]
+
+_EXECUTORS: dict[type, Execute] = {}
+_ASYNC_EXECUTORS: dict[type, AsyncExecute] = {}
+"""Executors of client classes that a plain pipeline does not serve (redis-py's cluster clients).
+
+A specialisation registers itself here (:func:`register_executors`, called by
+``fencekit._redis.cluster.batches`` when it is imported, which ``fencekit._redis.clients``
+does), so this generic layer never imports the layer built on it.
+"""
+
+
+def register_executors(sync_type: type, execute: Execute, async_type: type, aexecute: AsyncExecute) -> None:
+    """Run the batches of clients of ``sync_type``/``async_type`` with ``execute``/``aexecute``."""
+    _EXECUTORS[sync_type] = execute
+    _ASYNC_EXECUTORS[async_type] = aexecute
+
+
+def _executor(table: dict[type, Any], client: object, default: Any) -> Any:
+    if table:
+        for cls in type(client).__mro__:
+            found = table.get(cls)
+            if found is not None:
+                return found
+    return default
 
 
 def run_batch(client: redis.Redis, batch: Batch) -> list[Any]:
     """The replies of ``batch`` run on a synchronous client (see :func:`batch_steps`)."""
-    execute: Callable[[Any, list[Op]], list[Any]] = execute_ops
-    if isinstance(client, _SYNC_CLUSTER):
-        from fencekit._redis import cluster_batches  # builds on this module
-
-        execute = cluster_batches.execute
+    execute: Execute = _executor(_EXECUTORS, client, execute_ops)
     steps = batch_steps(batch)
     with translated():
         try:
@@ -173,11 +194,7 @@ def run_batch(client: redis.Redis, batch: Batch) -> list[Any]:
 
 async def arun_batch(client: redis.asyncio.Redis, batch: Batch) -> list[Any]:
     """The replies of ``batch`` run on an asyncio client (see :func:`batch_steps`)."""
-    execute: Callable[[Any, list[Op]], Awaitable[list[Any]]] = aexecute_ops
-    if isinstance(client, _ASYNC_CLUSTER):
-        from fencekit._redis import cluster_batches  # builds on this module
-
-        execute = cluster_batches.aexecute
+    execute: AsyncExecute = _executor(_ASYNC_EXECUTORS, client, aexecute_ops)
     steps = batch_steps(batch)
     with translated():
         try:
@@ -186,6 +203,21 @@ async def arun_batch(client: redis.asyncio.Redis, batch: Batch) -> list[Any]:
                 ops = steps.send(await execute(client, ops))
         except StopIteration as done:
             return cast("list[Any]", done.value)
+
+
+async def apipeline(
+    client: redis.asyncio.Redis, calls: Sequence[Call], *, wait: Durability | None = None
+) -> list[Any]:
+    """Run script ``calls`` in one round trip on an asyncio client.
+
+    Scripts missing on the server are loaded once and only their calls run
+    again (they did not run). A call's own error reply comes back translated
+    in its slot; a connection failure raises :class:`StoreError`. With
+    ``wait`` a ``WAIT`` follows the calls in the same round trip and its reply
+    -- how many replicas confirmed -- is appended to the results. The rule is
+    :func:`fencekit._redis.steps.batch_steps`.
+    """
+    return await arun_batch(client, Batch(calls, slots=True, wait=wait))
 
 
 def drive(client: redis.Redis, steps: Steps[T], runner: Callable[[Any], Any] | None = None) -> T:

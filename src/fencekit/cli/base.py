@@ -33,7 +33,7 @@ import redis.exceptions
 from fencekit._options import table
 from fencekit.cli.output import Output
 from fencekit.errors import ConfigError, PayloadError, StoreError
-from fencekit.queue.client import Client
+from fencekit.produce.client import Client
 from fencekit.runtime.exits import ExitCode
 from fencekit.settings import ClientSettings, ServerSettings, resolve
 

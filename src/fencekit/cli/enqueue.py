@@ -39,7 +39,7 @@ import orjson
 
 from fencekit.cli.base import Context, Exit, UsageError, Verb
 from fencekit.errors import FenceKitError, StoreError
-from fencekit.queue.task import Task
+from fencekit.jobs.task import Task
 
 __all__ = ["VERBS", "task_of"]
 

@@ -16,9 +16,9 @@ from typing import Any
 
 from fencekit.cli.base import Context, Exit, Verb
 from fencekit.cli.output import age, when
-from fencekit.queue.handle import QueueStats
-from fencekit.queue.records import JobInfo
-from fencekit.queue.schedules import ScheduleInfo
+from fencekit.jobs.records import JobInfo
+from fencekit.produce.handle import QueueStats
+from fencekit.produce.schedules import ScheduleInfo
 from fencekit.web.source import AdminSource
 from fencekit.web.views import ConsumerView, QueueView
 

@@ -19,7 +19,7 @@ import os
 import struct
 from collections.abc import Sequence
 
-from fencekit.queue.histogram import DEFAULT_BUCKETS, DurationHistogram, QueueDurations
+from fencekit.jobs.histogram import DEFAULT_BUCKETS, DurationHistogram, QueueDurations
 
 TICK = 0.5
 

@@ -37,20 +37,20 @@ from typing import Any, NoReturn
 import orjson
 
 from fencekit import _coverage
+from fencekit._aio.loops import Backoff
 from fencekit._log import LineHandler, flush_all
 from fencekit._redis.clients import aclose_client, async_client
 from fencekit._redis.keys import KeySpace
 from fencekit._redis.url import parse_url
+from fencekit.consume.consumer import Consumer
 from fencekit.errors import ConfigError, FenceKitError, StoreError
+from fencekit.jobs import ids
+from fencekit.jobs.functions import attach_client
+from fencekit.jobs.registry import lease_ok
+from fencekit.jobs.worker import WorkerRegistry
 from fencekit.pool.board import READY, STARTING, STOPPING, TICK, Board
 from fencekit.pool.stall import register_stack_dump
-from fencekit.queue import ids
-from fencekit.queue.client import Client
-from fencekit.queue.consumer import Consumer
-from fencekit.queue.functions import attach_client
-from fencekit.queue.loops import Backoff
-from fencekit.queue.registry import lease_ok
-from fencekit.queue.worker import WorkerRegistry
+from fencekit.produce.client import Client
 from fencekit.runtime.app import App, load_app, load_worker_paths
 from fencekit.runtime.exits import ExitCode
 from fencekit.runtime.hooks import run_hooks

@@ -29,7 +29,7 @@ from typing import Any
 
 from fencekit._log import LineHandler
 from fencekit.errors import ConfigError, StoreError
-from fencekit.queue.worker import WorkerRegistry
+from fencekit.jobs.worker import WorkerRegistry
 from fencekit.runtime.app import App, load_app
 from fencekit.runtime.exits import ExitCode
 from fencekit.settings import PoolSettings, given, resolve, table

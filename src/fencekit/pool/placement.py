@@ -18,11 +18,11 @@ import os
 from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING
 
+from fencekit.jobs.histogram import DurationHistogram, QueueDurations
+from fencekit.jobs.registry import ConsumerRecord
 from fencekit.pool.board import Board
 from fencekit.pool.children import Child, child_view
 from fencekit.pool.watch import HangWatch
-from fencekit.queue.histogram import DurationHistogram, QueueDurations
-from fencekit.queue.registry import ConsumerRecord
 from fencekit.settings import PoolSettings
 
 if TYPE_CHECKING:

@@ -41,8 +41,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from fencekit._redis.keys import KeySpace
+from fencekit.consume.settle import in_flight
 from fencekit.pool.board import TICK
-from fencekit.queue.settle import in_flight
 
 __all__ = [
     "HINT",

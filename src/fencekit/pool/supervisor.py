@@ -25,7 +25,7 @@ replaces the children one by one without losing a task. The command line
 installs them; an embedded pool installs none.
 
 In burst mode (``burst``) the supervisor decides when the queues are
-drained (:class:`fencekit.queue.drain.BurstWatch`, the ``Server``'s rule) and
+drained (:class:`fencekit.services.drain.BurstWatch`, the ``Server``'s rule) and
 then stops the pool as on SIGTERM; past ``burst_timeout`` with tasks left it
 stops the same way with :attr:`~fencekit.runtime.exits.ExitCode.LEFT`.
 
@@ -46,9 +46,14 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
+from fencekit._aio.loops import Backoff, Loop
 from fencekit._redis.keys import KeySpace
 from fencekit._redis.url import parse_url
 from fencekit.errors import ConfigError, StoreError
+from fencekit.jobs.functions import attach_client
+from fencekit.jobs.histogram import QueueDurations
+from fencekit.jobs.registry import consumer_id
+from fencekit.jobs.worker import WorkerRegistry
 from fencekit.pool import sdnotify
 from fencekit.pool.board import Board
 from fencekit.pool.child import ChildConfig
@@ -61,17 +66,12 @@ from fencekit.pool.liveness import Liveness
 from fencekit.pool.placement import PoolPlacement
 from fencekit.pool.stall import StackFile
 from fencekit.pool.watch import HANG_CHECK, HangWatch
-from fencekit.queue.client import Client
-from fencekit.queue.drain import BurstWatch, Observation
-from fencekit.queue.functions import attach_client
-from fencekit.queue.histogram import QueueDurations
-from fencekit.queue.loops import Backoff, Loop
-from fencekit.queue.registry import consumer_id
-from fencekit.queue.worker import WorkerRegistry
+from fencekit.produce.client import Client
 from fencekit.runtime.app import App
 from fencekit.runtime.exits import ExitCode
 from fencekit.runtime.hooks import run_hooks
 from fencekit.runtime.services import STOP_STEP, Services
+from fencekit.services.drain import BurstWatch, Observation
 from fencekit.settings import PoolSettings
 
 if TYPE_CHECKING:

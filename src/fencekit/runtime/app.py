@@ -1,6 +1,6 @@
 """``App``: the workers, task functions and hooks of a deployment; loading one from ``module:attribute``.
 
-``@app.task`` makes a task function (:mod:`fencekit.queue.functions`) and
+``@app.task`` makes a task function (:mod:`fencekit.jobs.functions`) and
 adds it to the app's workers.
 
 ``python -m fencekit.pool APP`` names an attribute that is an :class:`App`, a
@@ -21,8 +21,7 @@ from typing_extensions import ParamSpec, Unpack
 
 from fencekit.errors import ConfigError
 from fencekit.hooks import FenceKitHooks, check_hooks
-from fencekit.queue.client import Client
-from fencekit.queue.functions import (
+from fencekit.jobs.functions import (
     DEFAULT_QUEUE,
     AsyncTaskFunction,
     ClientPlace,
@@ -30,8 +29,9 @@ from fencekit.queue.functions import (
     TaskFunction,
     task_function,
 )
-from fencekit.queue.sync_client import SyncClient
-from fencekit.queue.worker import WorkerOptions
+from fencekit.jobs.worker import WorkerOptions
+from fencekit.produce.client import Client
+from fencekit.produce.sync_client import SyncClient
 from fencekit.runtime.hooks import Hook, check_hook
 from fencekit.settings import ClientOptions, ClientSettings, resolve, with_url
 
@@ -118,7 +118,7 @@ class App:
 
         ``queue`` (default ``"default"``), ``name`` (the operation; default the
         function's ``__name__``) and every worker option
-        (:class:`~fencekit.queue.worker.WorkerOptions`: ``retry``,
+        (:class:`~fencekit.jobs.worker.WorkerOptions`: ``retry``,
         ``retry_count``, ``timeout``, ``keep_result``, ``keep_failed``, and
         the periodic ``cron``/``every``, ``cron_params``, ``cron_tz``,
         ``cron_catch_up``: ``docs/periodic.md``); an unknown or bad one is a

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from fencekit.errors import ConfigError
 
 if TYPE_CHECKING:
-    from fencekit.queue.client import Client
+    from fencekit.produce.client import Client
 
 __all__ = ["Hook", "check_hook", "run_hooks"]
 

@@ -10,7 +10,7 @@ seconds, returns the rest to their queues at once, deregisters, runs the
 shutdown hooks and closes Redis.
 
 With ``burst=True`` it also stops by itself once every queue it serves is
-drained (the rule of :mod:`fencekit.queue.drain`, shared with the pool's
+drained (the rule of :mod:`fencekit.services.drain`, shared with the pool's
 supervisor): ``run()`` then returns. Past ``burst_timeout`` with tasks left
 it stops the same way and raises :class:`~fencekit.errors.DrainTimeout`.
 
@@ -30,25 +30,25 @@ from typing import TYPE_CHECKING
 
 from typing_extensions import Unpack
 
+from fencekit._aio.loops import Loop
 from fencekit._log import default_logger
 from fencekit._redis import scripts
 from fencekit._redis.clients import async_client
 from fencekit._redis.run import arun
 from fencekit._redis.url import parse_url
+from fencekit.consume.consumer import Consumer
 from fencekit.errors import ConfigError, DrainTimeout, StoreError
 from fencekit.hooks import FenceKitHooks, check_hooks
-from fencekit.queue.client import Client
-from fencekit.queue.consumer import Consumer
-from fencekit.queue.drain import BurstWatch, Observation
-from fencekit.queue.functions import attach_client
-from fencekit.queue.handle import Queue, QueueStats
-from fencekit.queue.histogram import DurationHistogram, QueueDurations
-from fencekit.queue.loops import Loop
-from fencekit.queue.registry import ConsumerRecord, consumer_id
-from fencekit.queue.task import Task
-from fencekit.queue.worker import WorkerRegistry
+from fencekit.jobs.functions import attach_client
+from fencekit.jobs.histogram import DurationHistogram, QueueDurations
+from fencekit.jobs.registry import ConsumerRecord, consumer_id
+from fencekit.jobs.task import Task
+from fencekit.jobs.worker import WorkerRegistry
+from fencekit.produce.client import Client
+from fencekit.produce.handle import Queue, QueueStats
 from fencekit.runtime.hooks import H, Hook, check_hook, run_hooks
 from fencekit.runtime.services import Services
+from fencekit.services.drain import BurstWatch, Observation
 from fencekit.settings import ServerOptions, ServerSettings, resolve, with_url
 
 if TYPE_CHECKING:
@@ -120,7 +120,7 @@ class Server:
         return await self._client.enqueue(task, delay=delay)
 
     def queue(self, name: str) -> Queue:
-        """A :class:`~fencekit.queue.handle.Queue` handle on the server's connection."""
+        """A :class:`~fencekit.produce.handle.Queue` handle on the server's connection."""
         return self._client.queue(name)
 
     async def stats(self) -> QueueStats:

@@ -26,21 +26,21 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import redis.asyncio
 
+from fencekit._aio.loops import Loop
 from fencekit._redis.clients import aclose_client, async_client, check_topology
 from fencekit._redis.keys import KeySpace
 from fencekit._redis.url import RedisTarget
+from fencekit.consume.settle import Retention
 from fencekit.errors import ConfigError
 from fencekit.hooks import FenceKitHooks
-from fencekit.queue.heartbeat import Heartbeat
-from fencekit.queue.histogram import DurationHistogram, QueueDurations
-from fencekit.queue.history import HistorySampler
-from fencekit.queue.loops import Loop
-from fencekit.queue.reaper import Reaper
-from fencekit.queue.registry import ConsumerRecord, register_queues
-from fencekit.queue.scheduler import Scheduler
-from fencekit.queue.settle import Retention
-from fencekit.queue.ticker import Ticker
-from fencekit.queue.worker import WorkerRegistry
+from fencekit.jobs.histogram import DurationHistogram, QueueDurations
+from fencekit.jobs.history import HistorySampler
+from fencekit.jobs.registry import ConsumerRecord, register_queues
+from fencekit.jobs.worker import WorkerRegistry
+from fencekit.services.heartbeat import Heartbeat
+from fencekit.services.reaper import Reaper
+from fencekit.services.scheduler import Scheduler
+from fencekit.services.ticker import Ticker
 
 if TYPE_CHECKING:
     from fencekit.web.serve import WebServer

@@ -2,7 +2,7 @@
 
 For users' own tests ("the view enqueues, the job runs, the row is
 updated"): :func:`drain` runs a :class:`~fencekit.Server` in burst mode
-(``burst=True``, the rule of :mod:`fencekit.queue.drain`) with the app's
+(``burst=True``, the rule of :mod:`fencekit.services.drain`) with the app's
 workers, its :class:`~fencekit.hooks.FenceKitHooks` and its
 ``on_startup``/``on_shutdown`` hooks -- and nothing else of the app, so
 workers however they were declared (classes, instances, ``@app.task``
@@ -35,8 +35,8 @@ from typing import Any
 from typing_extensions import Unpack
 
 from fencekit.hooks import FenceKitHooks, JobEvent
-from fencekit.queue.client import Client
-from fencekit.queue.records import JobInfo
+from fencekit.jobs.records import JobInfo
+from fencekit.produce.client import Client
 from fencekit.runtime.app import App
 from fencekit.runtime.server import Server
 from fencekit.settings import ServerOptions

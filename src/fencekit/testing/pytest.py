@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 
-from fencekit.queue.client import Client
+from fencekit.produce.client import Client
 from fencekit.testing import RedisServer, ServerBinaryMissing, find_server_binary
 
 __all__ = ["fencekit_client", "fencekit_redis_server", "fencekit_redis_url"]

@@ -21,7 +21,7 @@ from starlette.routing import Route
 
 from fencekit._redis.keys import is_jid, validate_queue
 from fencekit.errors import ConfigError, StoreError
-from fencekit.queue.history import WINDOWS, History
+from fencekit.jobs.history import WINDOWS, History
 from fencekit.web.metrics import Metrics
 from fencekit.web.pages import render_confirm, render_dashboard, render_error, render_history, render_job
 from fencekit.web.security import (

@@ -1,4 +1,4 @@
-"""Which charts the history pages show, made from a :class:`~fencekit.queue.history.History`.
+"""Which charts the history pages show, made from a :class:`~fencekit.jobs.history.History`.
 
 :mod:`fencekit.web.charts` draws; this module decides what is drawn:
 throughput, failures, depth and durations over a window, all queues summed
@@ -15,8 +15,8 @@ from collections.abc import Mapping
 
 from markupsafe import Markup
 
-from fencekit.queue.histogram import DEFAULT_BUCKETS
-from fencekit.queue.history import History
+from fencekit.jobs.histogram import DEFAULT_BUCKETS
+from fencekit.jobs.history import History
 from fencekit.web.charts import Series, time_chart
 
 __all__ = ["BUSIEST", "history_charts", "recent_chart"]

@@ -25,7 +25,7 @@ from prometheus_client.core import (
 )
 
 from fencekit.errors import StoreError
-from fencekit.queue.history import HistoryBucket
+from fencekit.jobs.history import HistoryBucket
 from fencekit.web.source import AdminSource, ChildView, DurationHistogram, LoopView, Snapshot
 
 __all__ = ["Collector", "Metrics", "Reading", "read"]

@@ -19,8 +19,8 @@ import orjson
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
-from fencekit.queue.history import WINDOWS, History
-from fencekit.queue.records import JobInfo
+from fencekit.jobs.history import WINDOWS, History
+from fencekit.jobs.records import JobInfo
 from fencekit.web.graphs import history_charts, recent_chart
 from fencekit.web.source import DurationHistogram, Snapshot
 

@@ -1,7 +1,7 @@
 """What one read of Redis becomes: :class:`Snapshot` and the views it is made of.
 
 A consumer's registry record is parsed leniently by
-:meth:`~fencekit.queue.registry.ConsumerRecord.from_json`, so one odd record
+:meth:`~fencekit.jobs.registry.ConsumerRecord.from_json`, so one odd record
 does not break the page: a field that is missing or of the wrong type shows
 as unknown.
 """
@@ -11,11 +11,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from fencekit.queue.handle import DeadLetter, QueueStats, ScheduledTask
-from fencekit.queue.histogram import DurationHistogram
-from fencekit.queue.records import JobInfo
-from fencekit.queue.registry import ConsumerRecord
-from fencekit.queue.schedules import ScheduleInfo
+from fencekit.jobs.histogram import DurationHistogram
+from fencekit.jobs.records import JobInfo
+from fencekit.jobs.registry import ConsumerRecord
+from fencekit.produce.handle import DeadLetter, QueueStats, ScheduledTask
+from fencekit.produce.schedules import ScheduleInfo
 
 __all__ = ["ChildView", "ConsumerView", "QueueView", "RunningView", "Snapshot", "consumer_view"]
 

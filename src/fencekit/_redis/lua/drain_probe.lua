@@ -1,5 +1,5 @@
 -- What is left of one queue, read at one instant: the burst-mode rule
--- (fencekit.queue.drain) calls it per queue, twice in a row, to decide
+-- (fencekit.services.drain) calls it per queue, twice in a row, to decide
 -- "drained". Read-only; every key shares the queue's hash tag.
 --
 -- KEYS[1]  pending     P:{Q}:pending     LIST

@@ -4,7 +4,7 @@
 --
 -- A bucket is one HASH field: the bucket number (time / step) -> 22 integers,
 -- space-separated: processed failed retried fenced_out dead depth dur_sum_us
--- and the 15 duration-histogram counts (queue/histogram.py's buckets, +Inf
+-- and the 15 duration-histogram counts (jobs/histogram.py's buckets, +Inf
 -- last). Counters are booked as the difference between the queue's counters
 -- now and those the previous sample saw (kept in KEYS[3]), so any number of
 -- hosts may sample the same queue: each increment is booked once. Durations

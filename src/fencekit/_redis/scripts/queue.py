@@ -93,7 +93,7 @@ def ack_claim(
 ) -> Call:
     """Acknowledge ``acks`` and ``recorded``, claim up to ``want``; reply ``{fenced, first, lost, envs…}``.
 
-    With ``flow`` (the queue's rate limits, :func:`fencekit.queue.flow.flow_specs`)
+    With ``flow`` (the queue's rate limits, :func:`fencekit.jobs.flow.flow_specs`)
     the reply is ``{fenced, first, lost, wait_ms, envs…}``. See ``ack_claim.lua``.
     """
     keys: tuple[str, ...] = (pending, inflight, token_counter, stats, wake)

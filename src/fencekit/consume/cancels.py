@@ -1,0 +1,108 @@
+"""Hearing that a running task was cancelled: the consumer's cancel channel.
+
+``Client.cancel(jid)`` runs ``cancel.lua``, which takes a running delivery
+out of its consumer's in-flight hash at once (from then on its ack and its
+fenced writes are refused) and publishes ``"<jid> <token>"`` on the queue's
+``P:{Q}:cancel`` channel (``SPUBLISH``: on Redis Cluster it stays on the
+queue's node). Each consumer listens on the channels of its queues over a
+pub/sub connection of its own and cancels the coroutine of a delivery it
+runs. A message lost while the connection is down costs nothing but time:
+the delivery was already fenced out in Redis. On a Redis Cluster the
+channels of queues on different primaries are heard over one subscription
+per node (:func:`fencekit._redis.cluster.pubsub.sharded_pubsub`), followed
+when a queue's slot moves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import redis.asyncio
+
+from fencekit._aio.loops import Backoff
+from fencekit._redis.cluster.pubsub import sharded_pubsub
+from fencekit._redis.run import as_text
+
+__all__ = ["CancelListener"]
+
+
+class CancelListener:
+    """Calls ``on_cancel(queue, jid, token)`` for every cancel published on ``channels``.
+
+    ``subscribed`` is set once every channel's subscription is confirmed, and
+    cleared while the connection is down.
+    """
+
+    def __init__(
+        self,
+        redis_client: redis.asyncio.Redis,
+        channels: Mapping[str, str],
+        *,
+        name: str,
+        logger: logging.Logger,
+        on_cancel: Callable[[str, str, int], None],
+    ) -> None:
+        self._redis = redis_client
+        self.channels = dict(channels)  # channel -> queue
+        self._on_cancel = on_cancel
+        self._backoff = Backoff(logger, f"consumer {name}: listening for cancels")
+        self._pubsub: Any = None
+        self._confirmed: set[str] = set()
+        self.subscribed = asyncio.Event()
+        self._stopping = False
+
+    def stop(self) -> None:
+        """Make :meth:`run` return at its next message or 1 s read timeout.
+
+        Called beside ``task.cancel()``: a cancellation can be swallowed by a
+        client library mid-call (seen on the cluster's sharded pub/sub), and a
+        listener that goes on would hold a stopping consumer forever.
+        """
+        self._stopping = True
+
+    async def run(self) -> None:
+        """Listen until stopped or cancelled; reconnect with back-off when the connection fails."""
+        while not self._stopping:
+            try:
+                if self._pubsub is None:
+                    self._pubsub = sharded_pubsub(self._redis)
+                    await self._pubsub.ssubscribe(*self.channels)
+                message = await self._pubsub.get_message(timeout=1.0)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.subscribed.clear()
+                self._confirmed.clear()
+                await self._drop()
+                await asyncio.sleep(self._backoff.failed(exc))
+                continue
+            self._backoff.succeeded()
+            if message is not None:
+                self._handle(message)
+
+    def _handle(self, message: dict[str, Any]) -> None:
+        kind = as_text(message.get("type", b""))
+        if kind == "ssubscribe":
+            self._confirmed.add(as_text(message.get("channel", b"")))
+            if self._confirmed.issuperset(self.channels):
+                self.subscribed.set()
+            return
+        if kind != "smessage":
+            return
+        queue = self.channels.get(as_text(message.get("channel", b"")))
+        jid, _, token = as_text(message.get("data", b"")).partition(" ")
+        if queue is not None and token.isdigit():
+            self._on_cancel(queue, jid, int(token))
+
+    async def _drop(self) -> None:
+        if self._pubsub is not None:
+            with contextlib.suppress(Exception):
+                await self._pubsub.aclose()
+            self._pubsub = None
+
+    async def aclose(self) -> None:
+        await self._drop()

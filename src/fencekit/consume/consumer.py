@@ -1,0 +1,400 @@
+"""The consumer: claim -> perform -> fenced settle, bounded by ``concurrency``.
+
+One loop owns all of the consumer's Redis traffic. Each turn sends one
+pipeline: the outcomes gathered since the last turn (acks grouped per queue,
+retries, failures) and a claim of as many tasks as there are free slots, from
+the next queue in round-robin order, or weighted by ``queue_weights``
+(``ack_claim.lua`` does the acks and the claim of one queue in one script;
+priorities, rate limits and concurrency keys are decided there, and a queue
+whose rate limit has no token is not claimed from until it has:
+:mod:`fencekit.jobs.flow`, docs/flow.md). Finished tasks only record their outcome
+and wake the loop, so acks batch by themselves under load.
+
+An idle consumer blocks in ``BLPOP`` on the queues' wake keys over a second
+connection (:mod:`fencekit.consume.waker`), so it starts a task within about a
+millisecond of its enqueue.
+
+This module is the loop and the consumer's lifetime (start, stop, running
+tasks, returning what it holds); two parts live beside it as base classes of
+:class:`Consumer`: building a turn and absorbing its replies
+(:mod:`fencekit.consume.turns`), and the idle side of the waker -- the claims
+written behind its ``BLPOP``, rate-limit pauses (:mod:`fencekit.consume.wake_claims`).
+
+Failures: a turn that fails keeps its outcomes for the next turn (an ack that
+did land is refused the second time and counted as ``fenced_out``, never as
+processed twice), reconnects, and backs off (100 ms -> 2 s, see
+:mod:`fencekit._aio.loops`). Because a lost claim reply leaves tasks in this
+consumer's in-flight hash that it does not know about, the next successful
+turn first returns every in-flight task it is not running to its queue.
+
+A stale delivery -- one reaped or returned while it ran -- settles as
+*fenced out*: the scripts refuse it and nothing is counted twice (invariant I3).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any
+
+import redis.asyncio
+
+from fencekit._aio.loops import Backoff
+from fencekit._redis import scripts
+from fencekit._redis.clients import watch_of
+from fencekit._redis.keys import KeySpace
+from fencekit._redis.link import Link, open_link, wait_replicas
+from fencekit._redis.run import Durability, NodeLost
+from fencekit._redis.url import RedisTarget
+from fencekit.consume import settle
+from fencekit.consume.cancels import CancelListener
+from fencekit.consume.observe import Observer
+from fencekit.consume.outbox import Outbox, Turn
+from fencekit.consume.perform import ConsumerStats, Performer
+from fencekit.consume.refusals import Refusals
+from fencekit.consume.settle import Retention
+from fencekit.consume.threads import DEFAULT_SYNC_CONCURRENCY
+from fencekit.consume.turns import Turns
+from fencekit.consume.wake_claims import WakeClaims
+from fencekit.consume.waker import IDLE_POLL, Waker
+from fencekit.errors import ConfigError, StoreError
+from fencekit.hooks import FenceKitHooks, check_hooks
+from fencekit.jobs.flow import flow_specs, weighted_order
+from fencekit.jobs.worker import WorkerRegistry
+from fencekit.produce.client import Client
+
+__all__ = ["Consumer", "ConsumerStats"]
+
+LEASE_RECHECK = 0.1
+NODE_LOST_PAUSE = 0.05
+"""After a turn that met a failed cluster node: the next turn waits this long unless a task ends first."""
+
+
+class Consumer(Turns, WakeClaims):
+    """Claims and performs tasks of ``queues`` for one consumer incarnation.
+
+    ``settings`` are the resolved settings of its ``Server`` or pool
+    (``concurrency``, ``link``, retention and durability are read from them).
+    ``lease_ok`` says whether its heartbeat is recent enough to claim;
+    ``resets`` how many times its heartbeat saw Redis lose its data (so a
+    refused settlement of a task claimed before is worded as what it is);
+    ``on_turn`` is called at every turn of the loop (a pool child ticks its
+    liveness slot there).
+    """
+
+    def __init__(
+        self,
+        *,
+        target: RedisTarget,
+        keys: KeySpace,
+        registry: WorkerRegistry,
+        consumer_id: str,
+        settings: Mapping[str, Any],
+        redis_client: redis.asyncio.Redis,
+        logger: logging.Logger,
+        queues: Sequence[str] | None = None,
+        lease_ok: Callable[[], bool] | None = None,
+        resets: Callable[[], int] | None = None,
+        on_turn: Callable[[], None] | None = None,
+        hooks: FenceKitHooks | None = None,
+    ) -> None:
+        self.target = target
+        self.keys = keys
+        self.registry = registry
+        self.consumer_id = consumer_id
+        self.concurrency: int = settings["concurrency"]
+        self.max_claim: int = settings["max_claim"]
+        self.logger = logger
+        self.queues = list(queues if queues is not None else registry.queues)
+        self._order = weighted_order(self.queues, settings.get("queue_weights"))  # queue.flow
+        self.retention = Retention.of(settings)
+        self.link_kind: str = settings["link"]
+        self.durable = Durability.of(settings["durable_replicas"], settings["durable_timeout"])
+        self.stats = ConsumerStats()
+        self._lease_ok = lease_ok or (lambda: True)
+        self._on_turn = on_turn
+        self._qkeys = {q: keys.queue(q) for q in self.queues}
+        # flow control (queue.flow): the claim spec of each queue with a rate-limited or keyed
+        # worker, and the queues whose claims pause until a token (-> the wait in ms); a queue
+        # without a spec takes the plain path, unchanged
+        self._flow = flow_specs(registry, self._qkeys)
+        self._paused: dict[str, int] = {}
+        self._inflight = {q: k.inflight(consumer_id) for q, k in self._qkeys.items()}
+        self._running: dict[tuple[str, int], asyncio.Task[None]] = {}
+        self.outbox = Outbox(self.queues, self._ack_claim_call)
+        self._empty: set[str] = set()
+        self._rotation = 0
+        self._event = asyncio.Event()
+        self._watch = watch_of(redis_client)
+        self._waker = Waker(
+            target,
+            watch=self._watch,
+            link_kind=self.link_kind,
+            name=consumer_id,
+            wake_keys={k.wake: q for q, k in self._qkeys.items()},
+            logger=logger,
+            on_wake=self._woken,
+            claims=self._wake_claims,
+            on_claimed=self._claimed_on_wake,
+            on_lost=self._wake_claims_lost,
+            poll=min(IDLE_POLL, settings["heartbeat_ttl"] / 4),
+        )
+        self._reserved = 0  # tasks the waker's claims may bring (counted as taken slots)
+        self._cancels = CancelListener(
+            redis_client,
+            {k.cancel_channel: q for q, k in self._qkeys.items()},
+            name=consumer_id,
+            logger=logger,
+            on_cancel=self._cancel,
+        )
+        self._stopping = False
+        self._stopped = asyncio.Event()
+        self._reconcile = False
+        self._reconcile_queues: set[str] = set()  # a cluster node's queues whose claim reply was lost
+        self._node_lost = False  # the last turn met a failed cluster node (queue.turns)
+        self._lease_blocked = False
+        self._link: Link | None = None
+        self._backoff = Backoff(logger, f"consumer {consumer_id}: claiming")
+        self._refusals = Refusals(consumer_id, logger, self.stats, settings["heartbeat_ttl"], resets)
+        checked = check_hooks(hooks)
+        self._observer = Observer(checked) if checked is not None else None
+        self._performer = Performer(
+            keys=keys,
+            registry=registry,
+            retention=self.retention,
+            consumer_id=consumer_id,
+            inflight=self._inflight,
+            outbox=self.outbox,
+            stats=self.stats,
+            logger=logger,
+            run_call=self._call,
+            client=Client.sharing(settings, redis_client, hooks),
+            wake=self._event.set,
+            max_payload=settings["max_payload"],
+            observer=self._observer,
+            sync_concurrency=settings.get("sync_concurrency", DEFAULT_SYNC_CONCURRENCY),
+        )
+
+    # public ---------------------------------------------------------------
+    @property
+    def running(self) -> int:
+        return len(self._running)
+
+    async def connect(self) -> None:
+        """Open the hot-path connection now (otherwise the first turn opens it)."""
+        await self._connected()
+
+    async def run(self) -> None:
+        """Claim and perform until :meth:`stop`; then return unfinished tasks."""
+        if not self.queues:
+            raise ConfigError("consumer has no queues: register at least one worker")
+        waker = asyncio.create_task(self._waker.run(), name=f"fencekit-wake-{self.consumer_id}")
+        cancels = asyncio.create_task(self._cancels.run(), name=f"fencekit-cancels-{self.consumer_id}")
+        try:
+            await self._loop()
+        finally:
+            self._cancels.stop()
+            cancels.cancel()
+            await self._waker.stop(waker, self._unblock)
+            await asyncio.gather(cancels, return_exceptions=True)
+            await self._cancels.aclose()
+            self._performer.close()
+            try:
+                await self._return_inflight()  # StoreError: they stay in flight for the reaper
+            finally:
+                await self._waker.aclose()
+                if self._link is not None:
+                    await self._link.aclose()
+                self._stopped.set()
+
+    async def stop(self, grace: float = 0.0) -> None:
+        """Stop claiming; let running tasks finish within ``grace`` s; cancel the rest.
+
+        Cancelled tasks and anything else still in flight go back to their
+        queues (same attempt) when :meth:`run` returns.
+        """
+        self._stopping = True
+        self._event.set()
+        tasks = list(self._running.values())
+        if tasks and grace > 0:
+            await asyncio.wait(tasks, timeout=grace)
+        for task in list(self._running.values()):
+            task.cancel()
+        await self._stopped.wait()
+
+    # the loop ---------------------------------------------------------------
+    async def _loop(self) -> None:
+        while True:
+            if self._on_turn is not None:
+                self._on_turn()
+            self._performer.lines.refresh()  # one log-level check per turn, not two per job
+            if self._stopping and not self._running and not self.outbox:
+                return
+            self._refusals.check_reset(self._unsettled)
+            turn = self._next_turn()
+            self._refusals.lease(self._lease_blocked, self._stopping)
+            if not turn.calls:
+                if self._lease_blocked:
+                    # No claims while our heartbeat is stale (peers may be reaping us): look again soon.
+                    await self._sleep_or_stop(LEASE_RECHECK)
+                    continue
+                self._event.clear()
+                self._want_wake_update()
+                await self._event.wait()
+                continue
+            try:
+                link = await self._connected()
+                if self._reconcile or self._reconcile_queues:
+                    await self._do_reconcile(link, turn)
+                if self._observer is not None:
+                    self._observer.claimed_ns = time.time_ns()
+                replies = await link.pipeline(turn.calls)
+            except StoreError as exc:
+                self.outbox.restore(turn)
+                self._reconcile = self._reconcile or turn.claims
+                await self._sleep_or_stop(self._backoff.failed(exc))
+                continue
+            self._backoff.succeeded()
+            self._absorb(turn, replies)
+            if self.durable is not None and turn.settles:
+                await self._wait_replicas(link, self.durable)
+            if self._node_lost:  # a cluster node is down: no busy loop over its outcomes while idle
+                self._node_lost = False
+                await self._sleep_or_stop(NODE_LOST_PAUSE)
+
+    def _unsettled(self) -> set[tuple[str, int]]:
+        return set(self._running) | self.outbox.outcomes()
+
+    async def _wait_replicas(self, link: Link, durable: Durability) -> None:
+        """WAIT after a turn that settled tasks (scripts cannot WAIT themselves)."""
+        try:
+            confirmed = await wait_replicas(link, durable)
+        except StoreError as exc:
+            self.logger.warning(
+                "could not wait for %d replica(s) after settling tasks: %s", durable.replicas, exc
+            )
+            return
+        if confirmed < durable.replicas:
+            self.logger.warning(
+                "settlements confirmed by %d of %d replica(s) within %d ms: a failover now could undo them "
+                "(those tasks would run again)",
+                confirmed,
+                durable.replicas,
+                durable.timeout_ms,
+            )
+
+    # performing -------------------------------------------------------------
+    def _start(self, queue: str, token: int, raw: bytes) -> None:
+        # Each task runs in its own copy of the context, so current_job() is per task.
+        task = asyncio.get_running_loop().create_task(self._performer.perform(queue, token, raw))
+        key = (queue, token)
+        self._running[key] = task
+        task.add_done_callback(functools.partial(self._finished, key))
+
+    def _cancel(self, queue: str, jid: str, token: int) -> None:
+        """A cancel for delivery ``token`` of ``queue`` arrived: stop its coroutine if it runs here."""
+        task = self._running.get((queue, token))
+        if task is not None and not task.done():
+            self._performer.cancelled.add((queue, token))
+            task.cancel()
+
+    def _finished(self, key: tuple[str, int], _task: object = None) -> None:
+        self._running.pop(key, None)
+        if self._performer.cancelled:
+            self._performer.cancelled.discard(key)
+        self._event.set()
+
+    # connections, returning -----------------------------------------------
+    async def _call(self, call: scripts.Call) -> Any:
+        """One script call for a running job, on the hot-path connection."""
+        return await (await self._connected()).call(call)
+
+    async def _connected(self) -> Link:
+        if self._link is None or self._link.closed:
+            if self._link is not None:
+                # Replies lost with the old connection may have been claims or acks that landed:
+                # before the next turn, return what is in flight here but not running.
+                self._reconcile = True
+            self._link = await open_link(
+                self.target, name=f"fk:{self.consumer_id}", kind=self.link_kind, watch=self._watch
+            )
+        return self._link
+
+    async def _sleep_or_stop(self, delay: float) -> None:
+        self._event.clear()
+        try:
+            await asyncio.wait_for(self._event.wait(), delay)
+        except asyncio.TimeoutError:
+            pass
+
+    async def _do_reconcile(self, link: Link, turn: Turn) -> None:
+        """Return in-flight tasks this consumer does not know it runs (lost claim replies).
+
+        Known are the tasks running, and those whose outcome waits to be
+        sent: in this turn or a later one. Every queue after a lost
+        connection; on a cluster, after one node failed, that node's queues
+        (a queue whose node still fails waits for the next turn).
+        """
+        queues = self.queues if self._reconcile else [q for q in self.queues if q in self._reconcile_queues]
+        left: set[str] = set()
+        for queue in queues:
+            known = {t for (q, t) in self._running if q == queue}
+            known |= self.outbox.waiting(queue) | turn.tokens(queue)
+            try:
+                calls = await self._unfinished_calls(link, queue, skip=known)
+                replies = await link.pipeline(calls) if calls else []
+            except NodeLost:
+                left.add(queue)
+                continue
+            if any(isinstance(reply, NodeLost) for reply in replies):
+                left.add(queue)
+            returned = sum(1 for reply in replies if not isinstance(reply, BaseException))
+            if returned:
+                self.logger.warning("returned %d task(s) of a lost claim reply to queue %s", returned, queue)
+        self._reconcile = False
+        self._reconcile_queues = left
+
+    async def _unfinished_calls(
+        self, link: Link, queue: str, skip: Collection[int] = ()
+    ) -> list[scripts.Call]:
+        """Calls that take every entry of this consumer's in-flight hash of ``queue`` back (but ``skip``).
+
+        A field that is not a delivery token (written by someone else) is
+        taken out as a dead letter instead of being trusted.
+        """
+        inflight = self._inflight[queue]
+        entries = await link.execute("HGETALL", inflight)
+        return settle.returns(self.keys, queue, inflight, entries, retention=self.retention, skip=skip)
+
+    async def _return_inflight(self) -> None:
+        """On stop: return every task still in this consumer's in-flight hashes."""
+        try:
+            link = await self._connected()
+            if self.outbox:
+                turn = self.outbox.take(None, 0)
+                self._absorb(turn, await link.pipeline(turn.calls))
+            returned = 0
+            unreachable: list[str] = []  # a cluster's queues whose node is down: the others are returned
+            for queue in self.queues:
+                try:
+                    calls = await self._unfinished_calls(link, queue)
+                    results = await link.pipeline(calls) if calls else []
+                except NodeLost as exc:
+                    unreachable.append(f"queue {queue}: {exc}")
+                    continue
+                returned += sum(1 for r in results if not isinstance(r, BaseException))
+                unreachable += [f"queue {queue}: {r}" for r in results if isinstance(r, NodeLost)][:1]
+            self.stats.returned += returned
+            if returned:
+                self.logger.info("returned %d unfinished task(s) to their queues", returned)
+            if unreachable:
+                raise StoreError("; ".join(unreachable))
+        except StoreError as exc:
+            self.logger.error(
+                "could not return unfinished tasks (they stay in flight until the reaper returns them): %s",
+                exc,
+            )
+            raise

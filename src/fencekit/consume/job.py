@@ -1,0 +1,233 @@
+"""The running job: ``current_job()`` inside ``perform`` returns its delivery.
+
+A delivery is one claim of a task: its ``jid``, ``queue``, ``operation``,
+``attempt`` and the fencing ``token`` that claim was issued. The token's
+resource names the task (``{queue}:job:<jid>``), and a newer delivery always
+holds a larger token. ``await current_job().set_if_fresh(key, value)`` is a
+Redis ``SET`` that lands only while this delivery is still the task's
+current one -- still in its consumer's in-flight hash and not older than the
+job's fence (raised when a delivery is reaped or returned): once the task
+was reaped, returned or finished, the write raises
+:class:`~fencekit.errors.FencedOutError` and changes nothing
+(``job_set.lua``). It writes no key of its own, so a fenced job leaves
+nothing behind in Redis.
+
+In a sync task (a plain ``def``, run in a thread: :mod:`fencekit.consume.threads`)
+``set_if_fresh_sync`` and ``progress_sync`` are the blocking forms: they run
+the same coroutine on the job's event loop and wait for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Coroutine
+from contextvars import ContextVar
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+
+from fencekit._redis import scripts
+from fencekit._redis.keys import QueueKeys, job_resource
+from fencekit._redis.run import translate_reply
+from fencekit._redis.scripts import Call
+from fencekit.errors import FencedOutError, NoCurrentJob
+from fencekit.jobs.records import encode_progress
+from fencekit.primitives.fence import FenceRules
+from fencekit.primitives.tokens import FenceToken
+from fencekit.produce.batching import Coalescer
+
+if TYPE_CHECKING:
+    from fencekit.jobs.task import Task
+    from fencekit.produce.client import Client
+
+_current: ContextVar[Job] = ContextVar("fencekit_current_job")
+_loop: ContextVar[asyncio.AbstractEventLoop] = ContextVar("fencekit_job_loop")
+
+
+_T = TypeVar("_T")
+
+Write = tuple[str, str, str, int, "str | bytes | int | float"]  # inflight, fence, target, token, value
+
+
+def fenced_writes(run: Callable[[Call], Awaitable[Any]]) -> Coalescer[Write, None]:
+    """The fenced writes of one consumer's jobs of one queue: made while one is in flight, they go together.
+
+    One write alone is ``job_set.lua``; a batch is one ``job_set_many.lua``
+    call, whose reply holds each write's own 1 or ``FENCED`` error.
+    """
+
+    async def send(writes: list[Write]) -> list[BaseException | None]:
+        if len(writes) == 1:
+            inflight, fence, target, token, value = writes[0]
+            try:
+                await run(
+                    scripts.job_set(inflight=inflight, fence=fence, target=target, token=token, value=value)
+                )
+            except FencedOutError as exc:
+                return [exc]
+            return [None]
+        replies = await run(scripts.job_set_many(writes))
+        return [translate_reply(str(r)) if isinstance(r, BaseException) else None for r in replies]
+
+    return Coalescer(send, "fencekit-fenced-writes")
+
+
+class JobSite(NamedTuple):
+    """What every job of one consumer on one queue shares (built once per queue, not per task)."""
+
+    queue: str
+    inflight: str  # the consumer's in-flight hash: where a write checks the delivery is current
+    rules: FenceRules
+    run: Callable[[Call], Awaitable[Any]]
+    client: Client
+    keys: QueueKeys  # the queue's keys: where a job's record is
+    writes: Coalescer[Write, None]  # the consumer's fenced writes (fenced_writes)
+
+
+class Job:
+    """The delivery being performed (see the module docstring); its attributes are read-only.
+
+    Built for every task claimed, so it is a slots class whose per-queue parts
+    live in one shared :class:`JobSite` and whose :attr:`token` is made when
+    first read.
+    """
+
+    __slots__ = ("_attempt", "_delivery", "_jid", "_operation", "_params", "_refused", "_site", "_token")
+
+    def __init__(
+        self, jid: str, operation: str, attempt: int, params: dict[str, Any], delivery: int, site: JobSite
+    ) -> None:
+        self._jid = jid
+        self._operation = operation
+        self._attempt = attempt
+        self._params = params
+        self._delivery = delivery
+        self._site = site
+        self._token: FenceToken | None = None
+        self._refused: str | None = None
+
+    @property
+    def jid(self) -> str:
+        return self._jid
+
+    @property
+    def queue(self) -> str:
+        return self._site.queue
+
+    @property
+    def operation(self) -> str:
+        return self._operation
+
+    @property
+    def attempt(self) -> int:
+        """0 for the first run, 1 for the first retry, ..."""
+        return self._attempt
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return self._params
+
+    @property
+    def token(self) -> FenceToken:
+        """This delivery's fencing token, of resource ``{queue}:job:<jid>``."""
+        if self._token is None:
+            self._token = FenceToken(self._delivery, job_resource(self._site.queue, self._jid))
+        return self._token
+
+    def __repr__(self) -> str:
+        return (
+            f"Job(jid={self._jid!r}, queue={self.queue!r}, operation={self._operation!r}, "
+            f"attempt={self._attempt})"
+        )
+
+    def fence_locally(self, why: str) -> None:
+        """This delivery stopped being current (it timed out, was cancelled): from now on its
+        writes are refused here, before Redis refuses them too."""
+        self._refused = why
+
+    def time_out(self, seconds: float) -> None:
+        self.fence_locally(f"timed out after {seconds:g}s")
+
+    async def set_if_fresh(self, key: str, value: str | bytes | int | float) -> None:
+        """``SET key value`` while this delivery is the task's current one (one atomic script).
+
+        It goes over the consumer's hot-path connection (writes of several jobs
+        made while one is in flight share one script call), and raises
+        :class:`~fencekit.errors.FencedOutError` once the delivery was reaped,
+        returned, finished or timed out, or a newer one exists.
+        """
+        self._check_current()
+        site = self._site
+        token, fence, target, value = site.rules.write(self.token, key, value)
+        await site.writes.submit((site.inflight, fence, target, token.value, value))
+
+    async def progress(self, fraction: float, message: str = "") -> bool:
+        """Report how far the job is (``fraction`` from 0 to 1), shown by ``client.job(jid)``.
+
+        Written into the task's record only while this delivery is current
+        (:class:`~fencekit.errors.FencedOutError` otherwise); returns False when
+        the task keeps no record (``keep_result=0``).
+        """
+        self._check_current()
+        site = self._site
+        call = scripts.job_progress(
+            inflight=site.inflight,
+            record=site.keys.job(self._jid),
+            token=self._delivery,
+            progress=encode_progress(fraction, message),
+        )
+        return bool(await site.run(call))
+
+    def set_if_fresh_sync(self, key: str, value: str | bytes | int | float) -> None:
+        """:meth:`set_if_fresh` from a sync task's thread: blocks until Redis answered."""
+        _blocking(self.set_if_fresh(key, value))
+
+    def progress_sync(self, fraction: float, message: str = "") -> bool:
+        """:meth:`progress` from a sync task's thread: blocks until Redis answered."""
+        return _blocking(self.progress(fraction, message))
+
+    def _check_current(self) -> None:
+        if self._refused is not None:
+            raise FencedOutError(
+                f"delivery {self._delivery} of task {self._jid} {self._refused}; its writes are refused"
+            )
+
+    async def enqueue(
+        self, task: Task, *, delay: float | timedelta | None = None, at: datetime | None = None
+    ) -> str:
+        """Enqueue a follow-up task on this consumer's connection; returns its jid."""
+        return await self._site.client.enqueue(task, delay=delay, at=at)
+
+
+def current_job() -> Job:
+    """The delivery whose ``perform`` is running in this context.
+
+    Raises :class:`~fencekit.errors.NoCurrentJob` outside a job.
+    """
+    try:
+        return _current.get()
+    except LookupError:
+        raise NoCurrentJob(
+            "current_job() was called outside a running job; call it inside a worker's perform()"
+        ) from None
+
+
+def bind_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """Record the job's event loop in its context (a sync run's thread hops back to it)."""
+    _loop.set(loop)
+
+
+def _blocking(coroutine: Coroutine[Any, Any, _T]) -> _T:
+    """Run ``coroutine`` on the job's loop from a sync task's thread and wait for its outcome."""
+    loop = _loop.get(None)
+    if loop is None or asyncio._get_running_loop() is loop:
+        coroutine.close()
+        raise RuntimeError(
+            "the *_sync forms of a job's writes are for sync tasks (a plain def, run in a thread); "
+            "in async code await set_if_fresh()/progress()"
+        )
+    return asyncio.run_coroutine_threadsafe(coroutine, loop).result()
+
+
+def set_current(job: Job) -> None:
+    """Bind ``job`` to the running context (the consumer runs each task in its own)."""
+    _current.set(job)

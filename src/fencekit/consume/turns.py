@@ -1,0 +1,196 @@
+"""The consumer's turns: what one pipeline sends, and what its replies change.
+
+A turn (:class:`~fencekit.consume.outbox.Turn`) carries the outcomes waiting in
+the outbox and one ``ack_claim.lua`` call for the next queue of the rotation
+(round-robin, or weighted by ``queue_weights``: :mod:`fencekit.jobs.flow`),
+claiming as many tasks as there are free slots. Absorbing its replies counts
+the acks that landed, reports the refused ones (fenced out, I3), starts the
+claimed tasks, marks a queue found empty and pauses a rate-limited one.
+
+:class:`Turns` is a base class of :class:`~fencekit.consume.consumer.Consumer`
+(which owns the state named below and runs the loop); it lives apart so the
+consumer module keeps one job: the loop and its lifetime.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from fencekit._redis import scripts
+from fencekit._redis.keys import QueueKeys
+from fencekit._redis.run import NodeLost, Redirected, TryAgain
+from fencekit.consume.observe import Observer
+from fencekit.consume.outbox import AckClaim, Outbox, Settle, Turn
+from fencekit.consume.perform import ConsumerStats
+from fencekit.consume.refusals import Refusals
+from fencekit.consume.settle import Retention
+from fencekit.errors import FencedOutError
+
+if TYPE_CHECKING:
+    import logging
+
+
+class Turns:
+    """Building a turn and absorbing its replies (the consumer's state, declared for mypy)."""
+
+    logger: logging.Logger
+    concurrency: int
+    max_claim: int
+    retention: Retention
+    stats: ConsumerStats
+    outbox: Outbox
+    _qkeys: dict[str, QueueKeys]
+    _inflight: dict[str, str]
+    _flow: dict[str, str]
+    _order: list[str]
+    _rotation: int
+    _empty: set[str]
+    _paused: dict[str, int]
+    _running: dict[tuple[str, int], asyncio.Task[None]]
+    _reserved: int
+    _stopping: bool
+    _lease_ok: Callable[[], bool]
+    _lease_blocked: bool
+    _refusals: Refusals
+    _observer: Observer | None
+    _reconcile_queues: set[str]
+    _node_lost: bool
+
+    if TYPE_CHECKING:
+
+        def _start(self, queue: str, token: int, raw: bytes) -> None: ...
+
+        def _pause(self, queue: str, wait_ms: int) -> None: ...
+
+    def _next_turn(self) -> Turn:
+        free = self.concurrency - len(self._running) - self._reserved
+        claim_queue: str | None = None
+        self._lease_blocked = False
+        if free > 0 and not self._stopping:
+            if self._lease_ok():
+                claim_queue = self._pick_queue()
+            else:
+                self._lease_blocked = True
+        return self.outbox.take(claim_queue, min(free, self.max_claim))
+
+    def _ack_claim_call(
+        self, queue: str, want: int, acks: Sequence[int], recorded: Sequence[scripts.RecordedAck]
+    ) -> scripts.Call:
+        qk = self._qkeys[queue]
+        return scripts.ack_claim(
+            pending=qk.pending,
+            inflight=self._inflight[queue],
+            token_counter=qk.token_counter,
+            stats=qk.stats,
+            wake=qk.wake,
+            want=want,
+            acks=acks,
+            recorded=recorded,
+            finished=qk.finished,
+            channel=qk.done_channel,
+            keep_finished=self.retention.keep_finished,
+            flow=self._flow.get(queue, ""),
+        )
+
+    def _pick_queue(self) -> str | None:
+        order = self._order
+        n = len(order)
+        for i in range(n):
+            queue = order[(self._rotation + i) % n]
+            if queue not in self._empty and queue not in self._paused:
+                self._rotation = (self._rotation + i + 1) % n
+                return queue
+        return None
+
+    def _absorb(self, turn: Turn, replies: list[Any]) -> None:
+        for item, reply in zip(turn.items, replies):
+            if isinstance(item, Settle):
+                self._absorb_settle(item, reply)
+            else:
+                self._absorb_ack_claim(item, reply)
+
+    def _absorb_ack_claim(self, item: AckClaim, reply: Any) -> None:
+        queue = item.queue
+        if isinstance(reply, NodeLost):
+            # Redis Cluster: this queue's node failed; the claim may have landed there, so this
+            # queue is reconciled before its next claim (the other nodes' queues go on).
+            self.logger.warning("ack/claim on queue %s: %s", queue, reply)
+            self.outbox.restore_acks(item)
+            self._reconcile_queues.add(queue)
+            self._empty.add(queue)
+            self._node_lost = True
+            return
+        if isinstance(reply, BaseException):
+            # A script error here is a bug or a foreign key type (or, on a cluster, a slot that
+            # is moving: the script did not run): keep going, log it.
+            if isinstance(reply, (TryAgain, Redirected)):
+                self.logger.warning(
+                    "ack/claim on queue %s did not run (its slot is moving): %s", queue, reply
+                )
+            else:
+                self.logger.error("ack/claim on queue %s failed: %s", queue, reply)
+            self.outbox.restore_acks(item)
+            self._empty.add(queue)
+            return
+        fenced, first, lost, *envelopes = reply
+        if self._flow and queue in self._flow:
+            wait = int(envelopes.pop(0))
+            if wait > 0:
+                self._pause(queue, wait)
+        for raw in fenced:
+            key = (queue, int(raw))
+            if lost:
+                self._refusals.lost(key)
+            self._refusals.refused(key, self.outbox.jid(*key), "ack of")
+        for token in item.acks:
+            self.outbox.done(queue, token)
+        if self._observer is not None:
+            self._observed(item, fenced)
+        self._refusals.settled((queue, token) for token in item.acks)
+        self.stats.processed += len(item.acks) - len(fenced)
+        if not item.want:
+            return
+        if len(envelopes) < item.want:
+            self._empty.add(queue)
+        else:
+            self._empty.discard(queue)
+        first = int(first)
+        for i, raw in enumerate(envelopes):
+            self._start(queue, first + i, raw)
+        self.stats.claimed += len(envelopes)
+
+    def _observed(self, item: AckClaim, fenced: Sequence[Any]) -> None:
+        """Tell the hooks which acks of ``item`` landed and which Redis refused."""
+        assert self._observer is not None
+        refused = {int(raw) for raw in fenced}
+        for token in item.acks:
+            if token in refused:
+                self._observer.refused(item.queue, token)
+            else:
+                self._observer.landed(item.queue, token)
+
+    def _absorb_settle(self, item: Settle, reply: Any) -> None:
+        key = (item.queue, item.token)
+        if isinstance(reply, (TryAgain, Redirected, NodeLost)):
+            # Redis Cluster: the slot is moving (the script did not run) or its node failed (it may
+            # have run: sent again, a settle that landed is refused as stale): the next turn takes it.
+            self.outbox.restore_settle(item)
+            self._node_lost = self._node_lost or isinstance(reply, NodeLost)
+            return
+        if self._observer is not None:
+            if isinstance(reply, FencedOutError):
+                self._observer.refused(*key)
+            elif not isinstance(reply, BaseException):
+                self._observer.landed(*key)
+            else:
+                self._observer.forget(*key)
+        if isinstance(reply, FencedOutError):
+            self._refusals.refused(key, self.outbox.jid(*key), "settling")
+        jid = self.outbox.done(*key)
+        self._refusals.settled((key,))
+        if isinstance(reply, BaseException) and not isinstance(reply, FencedOutError):
+            self.logger.error(
+                "task %s: settling delivery %s on queue %s failed: %s", jid, item.token, item.queue, reply
+            )

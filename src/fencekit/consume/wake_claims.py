@@ -1,0 +1,147 @@
+"""Waking the consumer's loop: the waker's callbacks, the claims written behind its ``BLPOP``, pauses.
+
+An idle consumer (every queue found empty) blocks in ``BLPOP`` on its
+queues' wake keys over a second connection (:mod:`fencekit.consume.waker`).
+This part of the consumer decides when that wait is wanted, which
+``ack_claim.lua`` calls the waker may write behind the ``BLPOP`` (so the
+claimed tasks arrive with the wake-up: one round trip, "Idle latency" in
+docs/design.md), takes their replies, and makes the loop look at a queue
+again: when the waker saw work, or when a rate-limited queue's pause ends
+(:mod:`fencekit.jobs.flow`).
+
+The safety rules live here: claims are offered only while idle, with a fresh
+lease, not stopping, over the lean link and with at most
+``WAKE_CLAIM_QUEUES`` queues; their slots stay reserved until the replies
+are absorbed; a wake connection lost with claims written makes the consumer
+reconcile (they may have run).
+
+:class:`WakeClaims` is a base class of :class:`~fencekit.consume.consumer.Consumer`,
+which owns the state named below.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from fencekit._redis import scripts
+from fencekit._redis.link import Link
+from fencekit.consume.observe import Observer
+from fencekit.consume.outbox import AckClaim
+from fencekit.consume.perform import ConsumerStats
+from fencekit.consume.waker import WAKE_CLAIM_QUEUES, Waker
+
+
+class WakeClaims:
+    """The idle consumer's side of the waker (the consumer's state, declared for mypy)."""
+
+    queues: list[str]
+    concurrency: int
+    max_claim: int
+    link_kind: str
+    stats: ConsumerStats
+    _waker: Waker
+    _event: asyncio.Event
+    _rotation: int
+    _empty: set[str]
+    _paused: dict[str, int]
+    _running: dict[tuple[str, int], asyncio.Task[None]]
+    _reserved: int
+    _stopping: bool
+    _reconcile: bool
+    _lease_ok: Callable[[], bool]
+    _observer: Observer | None
+
+    if TYPE_CHECKING:
+
+        def _ack_claim_call(
+            self, queue: str, want: int, acks: Sequence[int], recorded: Sequence[scripts.RecordedAck]
+        ) -> scripts.Call: ...
+
+        def _absorb_ack_claim(self, item: AckClaim, reply: Any) -> None: ...
+
+        async def _connected(self) -> Link: ...
+
+    def _want_wake_update(self) -> None:
+        idle = (
+            not self._stopping
+            and len(self._running) < self.concurrency
+            and all(q in self._empty for q in self.queues)
+        )
+        if idle:
+            self._waker.wanted.set()
+        else:
+            self._waker.wanted.clear()
+
+    def _wake_claims(self) -> list[tuple[AckClaim, scripts.Call]] | None:
+        """Claims the waker may write behind its BLPOP (:mod:`fencekit.consume.waker`), or None.
+
+        Only while idle, lease fresh, not stopping, over the lean link and
+        with at most ``WAKE_CLAIM_QUEUES`` queues; the free slots are shared
+        out so that the claims together never exceed them, and they stay
+        reserved until the replies are absorbed.
+        """
+        if self._stopping or self.link_kind != "lean" or len(self.queues) > WAKE_CLAIM_QUEUES:
+            return None
+        if not all(q in self._empty for q in self.queues):
+            return None  # busy: the loop claims; the waker only waits
+        if self._paused:
+            return None  # a rate-limited queue waits for its token: its timer wakes the loop
+        free = min(self.concurrency - len(self._running) - self._reserved, self.max_claim)
+        if free <= 0 or not self._lease_ok():
+            return None
+        n = len(self.queues)
+        per = max(1, free // n)
+        items = [AckClaim(self.queues[(self._rotation + i) % n], [], per) for i in range(min(n, free))]
+        self._reserved = per * len(items)
+        return [(item, self._ack_claim_call(item.queue, item.want, (), ())) for item in items]
+
+    def _claimed_on_wake(self, items: list[AckClaim], replies: list[Any]) -> None:
+        """The replies of the claims written behind the wake-up: start what they claimed."""
+        self._reserved = 0
+        if self._stopping:
+            return  # left in the in-flight hash: run() returns them at its end
+        claimed = set()
+        if self._observer is not None:
+            self._observer.claimed_ns = time.time_ns()
+        for item, reply in zip(items, replies, strict=True):
+            if isinstance(reply, BaseException):
+                continue  # (NOSCRIPT after a restart, ...): the loop claims it itself and reports
+            before = self.stats.claimed
+            self._absorb_ack_claim(item, reply)
+            self.stats.claimed_on_wake += self.stats.claimed - before
+            claimed.add(item.queue)
+        for queue in self.queues:
+            if queue not in claimed:
+                self._empty.discard(queue)
+        self._event.set()
+
+    def _wake_claims_lost(self) -> None:
+        """The wake connection failed with claims written: they may have run, so reconcile."""
+        self._reserved = 0
+        self._reconcile = True
+
+    async def _unblock(self, client_id: int) -> None:
+        await (await self._connected()).execute("CLIENT", "UNBLOCK", client_id)
+
+    def _pause(self, queue: str, wait_ms: int) -> None:
+        """No claims from ``queue`` for ``wait_ms``: its rate limit has no token until then."""
+        if queue in self._paused:
+            return
+        self._paused[queue] = wait_ms
+        self._empty.add(queue)
+        asyncio.get_running_loop().call_later(wait_ms / 1000, self._resume, queue)
+
+    def _resume(self, queue: str) -> None:
+        self._paused.pop(queue, None)
+        self._woken(queue)
+
+    def _woken(self, queue: str | None) -> None:
+        """The waker saw work in ``queue`` (None: look at every queue again)."""
+        if queue is None:
+            self._empty.clear()
+        else:
+            self._empty.discard(queue)
+        self._event.set()

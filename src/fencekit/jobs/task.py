@@ -1,0 +1,187 @@
+"""``Task``: what a producer asks to run, and its validation at enqueue."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from fencekit._redis.keys import MAX_JID, is_jid, validate_queue
+from fencekit.errors import PayloadError
+from fencekit.jobs import codec
+from fencekit.jobs.ids import uuid7
+
+
+@dataclass(slots=True)
+class Task:
+    """A task to enqueue: which queue, which operation, with which params.
+
+    ``jid`` is generated (a time-sortable UUIDv7) when left ``None``;
+    ``attempt`` counts the runs that already failed, and is normally left 0.
+    ``timeout`` (seconds or a timedelta) overrides the worker's ``timeout`` for
+    this task; ``expires`` (seconds or a timedelta from the enqueue, or an
+    aware datetime) is when the task, if it has not started, is dropped as
+    expired instead of run. ``keep_result`` (seconds; None: the client's
+    ``keep_result`` setting; 0: no record) is how long its record outlives it.
+    ``unique_key`` dedupes: while a task with that key of the same queue lives
+    (pending, scheduled, running, or finished with its record kept), enqueue
+    returns that task's jid instead of a new one; ``unique_for`` (seconds)
+    bounds how long the key dedupes at most. ``priority`` (an int from -5 to 5,
+    default 0) orders claiming within the queue: higher first, FIFO within one
+    priority (docs/flow.md). ``concurrency_key`` counts the task against that
+    key's ``max_concurrency`` of its worker (a task function's ``build`` sets
+    it from the worker's ``concurrency_key`` function).
+    """
+
+    queue: str
+    operation: str
+    params: dict[str, Any] = field(default_factory=dict)
+    jid: str | None = None
+    attempt: int = 0
+    timeout: float | timedelta | None = None
+    expires: float | timedelta | datetime | None = None
+    keep_result: float | timedelta | None = None
+    unique_key: str | None = None
+    unique_for: float | timedelta | None = None
+    priority: int = codec.DEFAULT_PRIORITY
+    concurrency_key: str | None = None
+
+    def envelope(
+        self,
+        max_payload: int = codec.DEFAULT_MAX_PAYLOAD,
+        keep_result: float = 0.0,
+        trace: str | None = None,
+    ) -> bytes:
+        """Validate the task, fill in ``jid``, and return its encoded envelope.
+
+        ``keep_result`` is the retention (seconds) when the task sets none;
+        ``trace`` a trace context to carry (:attr:`~fencekit.hooks.FenceKitHooks.trace_enqueue`).
+        """
+        validate_queue(self.queue)
+        if not isinstance(self.operation, str) or not self.operation:
+            raise PayloadError(f"operation must be a non-empty str, got {self.operation!r}")
+        if not isinstance(self.params, dict):
+            raise PayloadError(f"params must be a dict, got {type(self.params).__name__}")
+        if type(self.attempt) is not int or self.attempt < 0:
+            raise PayloadError(f"attempt must be a non-negative int, got {self.attempt!r}")
+        if self.jid is None:
+            self.jid = uuid7()
+        elif not is_jid(self.jid):
+            raise PayloadError(
+                f"jid must be 1 to {MAX_JID} printable characters without whitespace, got {self.jid!r}"
+            )
+        codec.check_params(self.params)
+        if self.priority != codec.DEFAULT_PRIORITY and not codec.is_priority(self.priority):
+            raise PayloadError(
+                f"priority must be an int from {codec.MIN_PRIORITY} to {codec.MAX_PRIORITY}, "
+                f"got {self.priority!r}"
+            )
+        if self.concurrency_key is not None and not codec.is_ckey(self.concurrency_key):
+            raise PayloadError(f"concurrency_key must be {codec.CKEY_RULE}, got {self.concurrency_key!r}")
+        if self.unique_key is not None:
+            _check_unique(self.unique_key)
+            self.unique_ms()
+        now_ms = time.time_ns() // 1_000_000
+        raw = codec.encode(
+            self.jid,
+            self.queue,
+            self.operation,
+            self.params,
+            self.attempt,
+            now_ms,
+            timeout=_timeout(self.timeout),
+            expires_at=_expires_at(self.expires, now_ms),
+            keep=self.keep_ms(keep_result),
+            unique=self.unique_key,
+            trace=trace,
+            priority=self.priority,
+            ckey=self.concurrency_key,
+        )
+        if len(raw) > max_payload:
+            raise PayloadError(
+                f"task {self.jid} is {len(raw)} bytes encoded, above max_payload={max_payload}"
+            )
+        return raw
+
+    def unique_ms(self) -> int:
+        """How long ``unique_key`` dedupes at most, in ms (0: while its task lives)."""
+        if self.unique_for is None:
+            return 0
+        seconds = seconds_of(self.unique_for, "unique_for")
+        if not 0 < seconds < 1e10:
+            raise PayloadError(f"unique_for must be a positive number of seconds, got {self.unique_for!r}")
+        return max(1, round(seconds * 1000))
+
+    def keep_ms(self, default: float) -> int | None:
+        """The retention of this task's record in ms (its own, else ``default`` s), None for no record."""
+        value = self.keep_result if self.keep_result is not None else default
+        seconds = seconds_of(value, "keep_result")
+        if not 0 <= seconds < 1e10:
+            raise PayloadError(f"keep_result must be a non-negative number of seconds, got {value!r}")
+        if self.unique_key is not None:  # its record is what holds the key: gone as it finishes
+            return max(1, round(seconds * 1000))
+        return round(seconds * 1000) or None
+
+    @classmethod
+    def from_envelope(cls, envelope: codec.Envelope) -> Task:
+        expires = (
+            datetime.fromtimestamp(envelope.expires_at / 1000, timezone.utc)
+            if envelope.expires_at is not None
+            else None
+        )
+        return cls(
+            envelope.queue,
+            envelope.operation,
+            envelope.params,
+            envelope.jid,
+            envelope.attempt,
+            envelope.timeout,
+            expires,
+            envelope.keep / 1000 if envelope.keep is not None else 0,
+            envelope.unique,
+            priority=envelope.priority,
+            concurrency_key=envelope.ckey,
+        )
+
+
+def seconds_of(value: object, label: str) -> float:
+    """Seconds in a number or a timedelta; :class:`PayloadError` names ``label`` otherwise."""
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if type(seconds) not in (int, float):
+        raise PayloadError(f"{label} must be a number of seconds or a timedelta, got {value!r}")
+    return float(seconds)  # type: ignore[arg-type]
+
+
+def unix_ms(when: datetime, label: str) -> int:
+    """Unix ms of an aware datetime (a naive one is refused: whose clock would it be?)."""
+    if when.tzinfo is None or when.utcoffset() is None:
+        raise PayloadError(f"{label} must be a timezone-aware datetime, got the naive {when!r}")
+    return round(when.timestamp() * 1000)
+
+
+def _check_unique(key: object) -> None:
+    if not is_jid(key):
+        raise PayloadError(
+            f"unique_key must be 1 to {MAX_JID} printable characters without whitespace, got {key!r}"
+        )
+
+
+def _timeout(value: float | timedelta | None) -> float | None:
+    if value is None:
+        return None
+    seconds = seconds_of(value, "timeout")
+    if not codec.is_timeout(seconds):
+        raise PayloadError(f"timeout must be a positive, finite number of seconds, got {value!r}")
+    return seconds
+
+
+def _expires_at(value: float | timedelta | datetime | None, now_ms: int) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return unix_ms(value, "expires")
+    seconds = seconds_of(value, "expires")
+    if not 0 < seconds < 1e11:
+        raise PayloadError(f"expires must be a positive number of seconds, got {value!r}")
+    return now_ms + round(seconds * 1000)
