@@ -66,6 +66,88 @@ _compat.install()
 
 __version__ = "0.2.0.dev0"
 
+
+__all__ = [  # noqa: RUF022 - grouped by topic
+    # primitives
+    "AsyncDistributedLock",
+    "AsyncFenceGate",
+    "AsyncIdempotencyGuard",
+    "BeginOutcome",
+    "DistributedLock",
+    "FenceGate",
+    "FenceToken",
+    "IdempotencyGuard",
+    "LockHandle",
+    "canonicalize",
+    "connect",
+    "connect_async",
+    "dumps_json",
+    "idempotency_key",
+    "loads_json",
+    # the job queue
+    "App",
+    "Client",
+    "DeadLetter",
+    "Enqueued",
+    "History",
+    "HistoryBucket",
+    "Job",
+    "JobError",
+    "JobInfo",
+    "JobStatus",
+    "Performable",
+    "Pool",
+    "Progress",
+    "Queue",
+    "QueueStats",
+    "RetryPolicy",
+    "ScheduledTask",
+    "ScheduleInfo",
+    "Server",
+    "SyncClient",
+    "SyncQueue",
+    "Task",
+    "Worker",
+    "current_job",
+    # task functions (@app.task)
+    "AsyncTaskFunction",
+    "SyncTaskFunction",
+    "TaskCall",
+    "TaskFunction",
+    "WorkerOptions",
+    # fencing your database (Django; fencekit.sql for SQLAlchemy)
+    "SupportsFencedUpdate",
+    "fenced_update",
+    # observability
+    "FenceKitHooks",
+    "JobEvent",
+    # settings
+    "ClientOptions",
+    "PoolOptions",
+    "ServerOptions",
+    # errors
+    "CanonicalizeError",
+    "ConfigError",
+    "DrainTimeout",
+    "DurabilityError",
+    "EncodeError",
+    "FenceKitError",
+    "FencedOutError",
+    "IdempotencyNotOwned",
+    "IdempotencyResultMissing",
+    "JobCancelled",
+    "JobExpired",
+    "JobFailed",
+    "JobNotFound",
+    "LockNotAcquired",
+    "LockNotOwned",
+    "NoCurrentJob",
+    "PayloadError",
+    "StoreError",
+    "__version__",
+]
+
+
 def __getattr__(name: str) -> Any:
     """``fencekit.Pool`` loads the pool (and its CLI, argparse) on first use, not at ``import fencekit``."""
     if name == "Pool":

@@ -30,10 +30,10 @@ import redis.asyncio
 
 from fencekit._redis.keys import KeySpace
 from fencekit.jobs.histogram import DEFAULT_BUCKETS, DurationHistogram, QueueDurations
-from fencekit.jobs.history import HistorySampler
 from fencekit.jobs.task import Task
 from fencekit.produce.client import Client
 from fencekit.runtime.server import Server
+from fencekit.services.sampler import HistorySampler
 from fencekit.web import WebServer, create_app
 from fencekit.web.source import AdminSource
 

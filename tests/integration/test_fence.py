@@ -121,7 +121,11 @@ async def test_set_if_fresh_stores_str_bytes_int_and_float(
         assert binary.get(TARGET) == expected
 
 
-@pytest.mark.parametrize("value", [True, None, [1], {"a": 1}, object()], ids=lambda v: type(v).__name__ if type(v) is object else repr(v))
+@pytest.mark.parametrize(
+    "value",
+    [True, None, [1], {"a": 1}, object()],
+    ids=lambda v: type(v).__name__ if type(v) is object else repr(v),
+)
 async def test_set_if_fresh_refuses_other_values(api: Api, raw: redis.Redis, value: Any) -> None:
     with pytest.raises(TypeError, match="value must be"):
         await api(api.gate().set_if_fresh(token(7), TARGET, value))

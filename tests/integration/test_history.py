@@ -31,9 +31,10 @@ from fencekit import Client, Task
 from fencekit._redis.keys import KeySpace
 from fencekit.errors import StoreError
 from fencekit.jobs.histogram import DEFAULT_BUCKETS, DurationHistogram, QueueDurations
-from fencekit.jobs.history import HOURS, MINUTES, HistorySampler, read_histories, read_history
-from fencekit.jobs.history import INTERVAL as HISTORY_INTERVAL
+from fencekit.jobs.history import HOURS, MINUTES, read_histories, read_history
 from fencekit.runtime.server import Server
+from fencekit.services.sampler import INTERVAL as HISTORY_INTERVAL
+from fencekit.services.sampler import HistorySampler
 from fencekit.testing import RedisServer, wait_until
 
 MINUTE_MS = 60_000

@@ -21,8 +21,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.queue_helpers import eventually, new_server, qkey, running, worker
 
 from fencekit import Client, Task
-from fencekit.jobs.history import HistorySampler
 from fencekit.runtime.server import Server
+from fencekit.services.sampler import HistorySampler
 from fencekit.testing import RedisServer
 
 HOSTILE = "<img/src=x/onerror=alert(1)>"

@@ -34,11 +34,11 @@ from fencekit.consume.settle import Retention
 from fencekit.errors import ConfigError
 from fencekit.hooks import FenceKitHooks
 from fencekit.jobs.histogram import DurationHistogram, QueueDurations
-from fencekit.jobs.history import HistorySampler
 from fencekit.jobs.registry import ConsumerRecord, register_queues
 from fencekit.jobs.worker import WorkerRegistry
 from fencekit.services.heartbeat import Heartbeat
 from fencekit.services.reaper import Reaper
+from fencekit.services.sampler import HistorySampler
 from fencekit.services.scheduler import Scheduler
 from fencekit.services.ticker import Ticker
 
