@@ -1,6 +1,6 @@
 """Save coverage.py's data before ``os._exit``, when coverage.py measures this process.
 
-A pool child leaves with ``os._exit`` (``docs/design.md``, fork hygiene), so the
+A pool child leaves with ``os._exit`` (``docs/design/measurements.md``, fork hygiene), so the
 atexit hook with which coverage.py saves a measured process's data never runs
 there. The test suite's CI run measures every process it starts
 (``[tool.coverage.run]`` in ``pyproject.toml``); :func:`save` is called just

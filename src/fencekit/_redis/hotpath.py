@@ -1,7 +1,7 @@
 """The lean connection: the hot path's own Redis client (claim, ack, ack+claim).
 
 redis-py spends ~150-230 µs of client CPU per round trip on command packing,
-pooling, timeouts and hooks (docs/design.md, "What has been measured"). The consumer's
+pooling, timeouts and hooks (docs/design/measurements.md). The consumer's
 script calls do not need any of that, so they run over this small
 :class:`asyncio.Protocol`: requests are framed by the RESP encoder
 (:mod:`fencekit._redis.resp`, compiled when built) and replies parsed by

@@ -5,7 +5,7 @@ queues' wake keys over a second connection (:mod:`fencekit.consume.waker`).
 This part of the consumer decides when that wait is wanted, which
 ``ack_claim.lua`` calls the waker may write behind the ``BLPOP`` (so the
 claimed tasks arrive with the wake-up: one round trip, "Idle latency" in
-docs/design.md), takes their replies, and makes the loop look at a queue
+docs/design/hot-path.md), takes their replies, and makes the loop look at a queue
 again: when the waker saw work, or when a rate-limited queue's pause ends
 (:mod:`fencekit.jobs.flow`).
 

@@ -154,7 +154,7 @@ class Waker:
 
         One ``BLPOP`` may name keys of one slot only (and one queue is one
         slot), so each group waits on a connection of its own to the node
-        that owns it; docs/design.md ("Waking idle consumers on a cluster")
+        that owns it; docs/design/cluster.md ("Waking idle consumers on a cluster")
         says why not one wait per node. No claims ride behind these waits:
         a wake-up makes the loop claim (two round trips instead of one).
         """

@@ -7,7 +7,7 @@ are the supervisor's; it only claims, performs and settles, and its event
 loop ticks its slot of the shared :class:`~fencekit.pool.board.Board` so the
 supervisor can tell a hung child from a busy one.
 
-Fork hygiene (``docs/design.md``, "What has been measured"): a forked child first drops
+Fork hygiene (``docs/design/measurements.md``): a forked child first drops
 the signal wakeup fd and handlers it inherited, forgets the parent's running
 loop and policy, drops ``NOTIFY_SOCKET``, reseeds ``random`` and the id
 sequence, builds its own connections, and always leaves with ``os._exit`` so
