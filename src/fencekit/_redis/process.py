@@ -109,6 +109,14 @@ def wait_until(predicate: Any, timeout: float = 10.0, interval: float = 0.01, wh
         time.sleep(interval)
 
 
+PORT_TRIES = 5
+"""How many ports :meth:`RedisServer.start` tries when the one it chose was taken meanwhile."""
+
+
+class _PortTaken(RuntimeError):
+    """The server could not bind its port: another process took it after it was chosen."""
+
+
 class Managed:
     """Processes a test (or the pool's embedded default) starts and must clean up, in a directory.
 
@@ -168,6 +176,7 @@ class RedisServer(Managed):
     ) -> None:
         super().__init__(directory, "fencekit-redis-")
         self.host = host
+        self._port_given = port is not None
         self.port = port or free_port(host)
         self.binary = binary or find_server_binary(flavor)
         self.appendonly = appendonly
@@ -218,9 +227,26 @@ class RedisServer(Managed):
         return argv
 
     def start(self, timeout: float = 10.0) -> Self:
-        """Start the server and wait until it answers PING."""
+        """Start the server and wait until it answers PING.
+
+        The port was free when it was chosen, but another process (a parallel test
+        run) may bind it first: the server then exits with "Address already in
+        use", and a PING on that port would be answered by the *other* server. So
+        the server that answers must be ours (its ``process_id``), and a port chosen
+        here (not given) is chosen again, up to :data:`PORT_TRIES` times.
+        """
         if self.is_running:
             return self
+        for attempt in range(PORT_TRIES):
+            try:
+                return self._start_once(timeout)
+            except _PortTaken:
+                if self._port_given or attempt == PORT_TRIES - 1:
+                    raise
+                self._use_port(free_port(self.host))
+        raise AssertionError("unreachable")
+
+    def _start_once(self, timeout: float) -> Self:
         self.process = subprocess.Popen(
             self._argv(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
         )
@@ -229,26 +255,60 @@ class RedisServer(Managed):
             if self.process.poll() is not None:
                 err = self.process.stderr.read().decode(errors="replace") if self.process.stderr else ""
                 log = self.logfile.read_text(errors="replace")[-2000:] if self.logfile.exists() else ""
+                self._close_pipes()
+                if "Address already in use" in err + log:
+                    raise _PortTaken(f"{self.binary}: port {self.port} is taken")
                 raise RuntimeError(f"{self.binary} exited with {self.process.returncode}: {err}{log}")
-            if self.ping():
+            if self.ping() and self._answered_by_us():
                 return self
             if time.monotonic() >= deadline:
                 self.kill()
                 raise TimeoutError(f"{self.binary} did not answer PING on port {self.port}")
             time.sleep(0.01)
 
+    def _use_port(self, port: int) -> None:
+        self.port = port
+        self.unixsocket = str(self._sock_dir / f"redis-{self.port}.sock")
+        self.logfile = self.directory / f"server-{self.port}.log"
+
+    def _answered_by_us(self) -> bool:
+        """True if the server on our port is our process (not another test run's)."""
+        assert self.process is not None
+        try:
+            info = self._ask(b"INFO server\r\n", until=b"process_id:")
+        except OSError:
+            return False
+        for line in info.decode(errors="replace").splitlines():
+            if line.startswith("process_id:"):
+                return int(line.split(":", 1)[1]) == self.process.pid
+        return False
+
     def ping(self) -> bool:
         """True if the server answers PING now (a LOADING server does not count)."""
         try:
-            with socket.create_connection((self.host, self.port), timeout=0.5) as sock:
-                password = self.config.get("requirepass")
-                if password:
-                    sock.sendall(f"AUTH {password}\r\n".encode())
-                    sock.recv(64)
-                sock.sendall(b"PING\r\n")
-                return sock.recv(64).startswith(b"+PONG")
+            return self._ask(b"PING\r\n").startswith(b"+PONG")
         except OSError:
             return False
+
+    def _ask(self, command: bytes, until: bytes = b"") -> bytes:
+        """One inline command on a fresh connection (after AUTH when configured): its raw reply."""
+        with self._open() as sock:
+            password = self.config.get("requirepass")
+            if password:
+                sock.sendall(f"AUTH {password}\r\n".encode())
+                sock.recv(64)
+            sock.sendall(command)
+            data = sock.recv(65536)
+            while until and until not in data:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+            return data
+
+    def _open(self) -> socket.socket:
+        """A connected socket to the server (TLS servers wrap it)."""
+        return socket.create_connection((self.host, self.port), timeout=0.5)
 
     @property
     def is_running(self) -> bool:

@@ -142,20 +142,13 @@ class TLSRedisServer(RedisServer):
             context.load_cert_chain(str(self.certs.client_cert), str(self.certs.client_key))
         return context
 
-    def ping(self) -> bool:
+    def _open(self) -> socket.socket:
+        raw = socket.create_connection((self.host, self.port), timeout=0.5)
         try:
-            with (
-                socket.create_connection((self.host, self.port), timeout=0.5) as raw,
-                self._context().wrap_socket(raw, server_hostname=self.host) as sock,
-            ):
-                password = self.config.get("requirepass")
-                if password:
-                    sock.sendall(f"AUTH {password}\r\n".encode())
-                    sock.recv(64)
-                sock.sendall(b"PING\r\n")
-                return sock.recv(64).startswith(b"+PONG")
-        except (OSError, ssl.SSLError):
-            return False
+            return self._context().wrap_socket(raw, server_hostname=self.host)
+        except BaseException:
+            raw.close()
+            raise
 
     def start(self, timeout: float = 10.0) -> Self:
         try:
