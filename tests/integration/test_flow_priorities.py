@@ -9,11 +9,33 @@ import re
 from importlib import resources
 from typing import Any
 
+import orjson
 import pytest
-from tests.queue_helpers import eventually, new_server, qkey, running, stats, worker
+from tests.queue_helpers import (
+    BEATS,
+    capture_logger,
+    eventually,
+    inflight_count,
+    new_server,
+    qkey,
+    running,
+    stats,
+    worker,
+)
 
 from fencekit import Client, Task
+from fencekit._redis import scripts
+from fencekit._redis.clients import aclose_client, async_client
+from fencekit._redis.keys import KeySpace
+from fencekit._redis.run import arun
+from fencekit.consume.settle import Retention
 from fencekit.errors import PayloadError
+from fencekit.jobs.worker import WorkerRegistry
+from fencekit.services.reaper import Reaper
+from fencekit.settings import ServerSettings, defaults
+
+KEYS = KeySpace()
+RETENTION = Retention.of(defaults(ServerSettings))
 
 # Every script naming the pending list, and how it is priority-aware: "_prio" (it includes
 # lua/_prio.lua and pushes/reads through it) or a reason it need not be.
@@ -134,6 +156,65 @@ async def test_returned_and_reaped_tasks_keep_their_priority(redis_url: str, r: 
         assert await client.queue("prio_stop").length() == 1
         assert await client.queue("prio_stop").purge() == 1
         assert await client.queue("prio_stop").length() == 0
+
+    # reaped: a consumer died holding a task of priority 4; plain tasks queued behind it meanwhile
+    queue = "prio_reap"
+    async with Client(redis_url=redis_url) as client:
+        await client.enqueue(Task(queue, "run", {"name": "high"}, priority=4))
+    ar = async_client(redis_url)
+    try:
+        qk = KEYS.queue(queue)
+        claimed = await arun(
+            ar,
+            scripts.ack_claim(
+                pending=qk.pending,
+                inflight=qk.inflight("dead"),
+                token_counter=qk.token_counter,
+                stats=qk.stats,
+                wake=qk.wake,
+                want=1,
+                acks=[],
+            ),
+        )
+        assert orjson.loads(claimed[3])["params"] == {"name": "high"}
+        assert not r.exists(qkey(queue, "pending:4"))  # in flight only
+        await arun(
+            ar,
+            scripts.heartbeat(
+                consumers=KEYS.consumers,
+                beats=KEYS.beats,
+                store=KEYS.store,
+                new_store_id="s",
+                entries=[("dead", orjson.dumps({"queues": [queue]}))],
+            ),
+        )
+        r.zadd(BEATS, {"dead": int(r.time()[0]) * 1000 - 60_000})  # its beat stopped a minute ago
+        async with Client(redis_url=redis_url) as client:
+            await client.enqueue_many([Task(queue, "run", {"name": f"low{n}"}) for n in range(5)])
+        reaper = Reaper(
+            ar,
+            KEYS,
+            WorkerRegistry(),
+            ttl=5.0,
+            logger=capture_logger("test.prio.reaper"),
+            retention=RETENTION,
+        )
+        assert await reaper.reap_once() == 1
+    finally:
+        await aclose_client(ar)
+    assert inflight_count(r, queue) == 0
+    back = [orjson.loads(raw) for raw in r.lrange(qkey(queue, "pending:4"), 0, -1)]
+    assert [(e["params"], e["priority"], e["attempt"]) for e in back] == [({"name": "high"}, 4, 1)]
+    assert r.llen(qkey(queue, "pending")) == 5
+    order: list[str] = []
+
+    async def record(payload: dict[str, Any]) -> None:
+        order.append(payload["name"])
+
+    server = new_server(redis_url, worker(queue, "run", record), concurrency=1, max_claim=1)
+    async with running(server):
+        await eventually(lambda: len(order) == 6, what="all ran")
+    assert order == ["high"] + [f"low{n}" for n in range(5)]  # the reaped task still goes first
 
 
 def test_priority_range_is_checked() -> None:
