@@ -113,10 +113,6 @@ PORT_TRIES = 5
 """How many ports :meth:`RedisServer.start` tries when the one it chose was taken meanwhile."""
 
 
-class _PortTaken(RuntimeError):
-    """The server could not bind its port: another process took it after it was chosen."""
-
-
 class Managed:
     """Processes a test (or the pool's embedded default) starts and must clean up, in a directory.
 
@@ -237,16 +233,15 @@ class RedisServer(Managed):
         """
         if self.is_running:
             return self
-        for attempt in range(PORT_TRIES):
-            try:
-                return self._start_once(timeout)
-            except _PortTaken:
-                if self._port_given or attempt == PORT_TRIES - 1:
-                    raise
-                self._use_port(free_port(self.host))
-        raise AssertionError("unreachable")
+        for _ in range(1 if self._port_given else PORT_TRIES):
+            if self._start_once(timeout):
+                return self
+            taken = self.port
+            self._use_port(free_port(self.host))
+        raise RuntimeError(f"{self.binary}: port {taken} was taken by another process as it started")
 
-    def _start_once(self, timeout: float) -> Self:
+    def _start_once(self, timeout: float) -> bool:
+        """Start on :attr:`port`: True once it answers, False if another process holds the port."""
         self.process = subprocess.Popen(
             self._argv(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
         )
@@ -257,10 +252,10 @@ class RedisServer(Managed):
                 log = self.logfile.read_text(errors="replace")[-2000:] if self.logfile.exists() else ""
                 self._close_pipes()
                 if "Address already in use" in err + log:
-                    raise _PortTaken(f"{self.binary}: port {self.port} is taken")
+                    return False
                 raise RuntimeError(f"{self.binary} exited with {self.process.returncode}: {err}{log}")
             if self.ping() and self._answered_by_us():
-                return self
+                return True
             if time.monotonic() >= deadline:
                 self.kill()
                 raise TimeoutError(f"{self.binary} did not answer PING on port {self.port}")
