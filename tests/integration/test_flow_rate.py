@@ -6,6 +6,7 @@ until the next token."""
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import subprocess
 import sys
@@ -14,13 +15,20 @@ import time
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from tests.queue_helpers import eventually, new_server, qkey, running, stats, worker
 
 from fencekit import Client, Task, current_job
+from fencekit._redis import scripts
+from fencekit._redis.clients import aclose_client, async_client
+from fencekit._redis.keys import KeySpace
+from fencekit._redis.run import arun
 from fencekit.errors import ConfigError
-from fencekit.jobs.flow import Rate, parse_rate
+from fencekit.jobs.flow import Rate, flow_specs, parse_rate
 from fencekit.jobs.worker import inspect_worker
+
+KEYS = KeySpace()
 
 RATE_APP = textwrap.dedent(
     """
@@ -58,6 +66,20 @@ RATE_APP = textwrap.dedent(
     WORKERS = [Limited, Free]
     """
 )
+
+
+def assert_within_bucket(claims: list[float], rate: Rate) -> None:
+    """Claim times (s, Redis's clock): between any two, at most the bucket's size and its refill.
+
+    A token bucket of capacity ``burst`` refilled at ``per_second`` lets at most
+    ``burst + per_second * (t_j - t_i)`` claims happen from t_i to t_j, both included.
+    The times are delivery tokens (a µs or so after the claim's ``TIME``), hence the 0.01.
+    """
+    times = sorted(claims)
+    for i, start in enumerate(times):
+        for j in range(i, len(times)):
+            allowed = rate.burst + rate.per_second * (times[j] - start)
+            assert j - i + 1 <= allowed + 0.01, (i, j, times[i : j + 1])
 
 
 def test_parse_rate_and_bad_values_name_the_worker() -> None:
@@ -142,16 +164,13 @@ def test_50_per_second_over_two_pools(tmp_path: Path, redis_url: str, r: Any) ->
     free = [float(x) for f in out.glob("free-*.txt") for x in f.read_text().split()]
     writers = {f.name for f in out.glob("[0-9]*.txt")}
     t0 = starts[0]
-    # claim times on Redis's clock. The steady rate: the 10 s after the first second (which may
-    # spend the bucket's burst); a token bucket of capacity b lets at most rate * T + b through
-    # in any T seconds, so no 1-s window of claims holds more than 50 + 5
     window = [t for t in starts if t0 + 1.0 <= t < t0 + 11.0]
-    rate = len(window) / 10.0
-    peak = max(sum(1 for t in starts[i:] if t < s + 1.0) for i, s in enumerate(starts))
-    print(f"\n[rate_limit 50/s, 2 pools x 2 children] {rate:.1f}/s over 10 s, busiest 1-s window {peak}, "
-          f"{len(writers)} processes ran tasks")  # fmt: skip
-    assert 45.0 <= rate <= 50.0, rate
-    assert peak <= 50 + 5, peak  # rate + burst (5 = a tenth of a second's worth)
+    print(f"\n[rate_limit 50/s, 2 pools x 2 children] {len(window) / 10.0:.1f}/s over 10 s, "
+          f"{len(starts)} claims, {len(writers)} processes ran tasks")  # fmt: skip
+    # the claim times on Redis's clock: between any two claims, no more than the bucket held
+    # (its burst, 5) and what the clock refilled (50 per second) -- however fast the hosts ran
+    assert_within_bucket(starts, Rate(50.0, 5))
+    assert len(starts) > 5  # more than one burst: the bound above was exercised past the bucket's size
     assert len(free) == 200  # the unlimited queue was served meanwhile, by the same consumers
     assert len(writers) >= 2
     s = stats(r, "rated")
@@ -180,8 +199,100 @@ async def test_a_limited_task_waits_in_its_queue_without_a_busy_loop(redis_url: 
         async with running(server):
             await eventually(lambda: len(runs) == 4, timeout=5, what="four runs")
         calls = int(r.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)) - before
-    runs.sort()
-    assert runs[3] - runs[0] >= 1.45  # burst 1, then one each 500 ms (claim times, Redis's clock)
+    assert_within_bucket(runs, Rate(2.0, 1))  # burst 1, then one each 500 ms (Redis's clock)
     assert calls < 60  # the claims wait for the token instead of polling
     s = stats(r, "slowrate")
     assert (s["processed"], s["failed"], s["retried"]) == (4, 0, 0)
+
+
+async def test_the_bucket_grants_exactly_what_redis_time_refilled(redis_url: str, r: Any) -> None:
+    """``ack_claim.lua`` driven directly; each claim checked against the bucket's formula (_flow.lua).
+
+    tokens = min(burst, t + (now - at) * rate / 1e6) with ``now`` the claim's Redis ``TIME`` (which
+    the script stores as ``at``): ``floor(tokens)`` tasks are granted (FIFO), the rest go back to the
+    head, ``tokens - granted`` is stored, and the reply's wait is the ms until the next token.
+    """
+
+    async def perform(payload: dict[str, Any]) -> None:
+        return None
+
+    queue = "ratemath"
+    spec = inspect_worker(worker(queue, "call", perform, rate_limit="100/s"))
+    assert spec.rate == Rate(100.0, 10)
+    flow = flow_specs([spec], {queue: KEYS.queue(queue)})[queue]
+    per_second, burst = spec.rate
+    bucket = qkey(queue, "rate:call")
+    qk = KEYS.queue(queue)
+    async with Client(redis_url=redis_url) as client:
+        await client.enqueue_many([Task(queue, "call", {"i": i}) for i in range(60)])
+    ar = async_client(redis_url)
+    granted: list[int] = []
+
+    def stored() -> tuple[float, int]:
+        t, at = r.hmget(bucket, "t", "at")
+        return float(t), int(at)
+
+    async def claim(want: int, before: tuple[float, int] | None) -> tuple[int, float, int]:
+        """One claim of ``want``; asserts the formula from the bucket ``before`` it; (granted, t, at)."""
+        pending = r.llen(qkey(queue, "pending"))
+        reply = await arun(
+            ar,
+            scripts.ack_claim(
+                pending=qk.pending,
+                inflight=qk.inflight("c1"),
+                token_counter=qk.token_counter,
+                stats=qk.stats,
+                wake=qk.wake,
+                want=want,
+                acks=[],
+                flow=flow,
+            ),
+        )
+        fenced, first, lost, wait, *envelopes = reply
+        t_raw, at_raw = r.hmget(bucket, "t", "at")
+        now = int(at_raw)  # the claim's Redis TIME, in µs
+        if before is None:
+            tokens = float(burst)  # no bucket yet: a full one
+        else:
+            t, at = before
+            tokens = min(burst, t + max(0, now - at) * per_second / 1000000)
+        popped = min(want, pending)
+        expected = min(popped, math.floor(tokens))
+        assert len(envelopes) == expected, (tokens, before, now)
+        assert t_raw.decode() == f"{tokens - expected:.6f}"  # what is left, as the script stores it
+        if expected < popped:
+            assert wait == max(1, math.ceil((1 - (tokens - expected)) * 1000 / per_second))
+        else:
+            assert wait == 0
+        if envelopes:
+            assert int(first) >= now  # the delivery tokens come from the same clock, after the refill
+        assert (fenced, lost) == ([], 0)
+        assert r.llen(qkey(queue, "pending")) == pending - expected  # the rest back at the head
+        assert 0 < r.pttl(bucket) <= math.ceil(burst * 1000 / per_second) + 1000
+        granted.extend(orjson.loads(e)["params"]["i"] for e in envelopes)
+        return expected, float(t_raw), now
+
+    try:
+        # a fresh bucket is full: exactly the burst, then 0 left and a wait of one token (10 ms)
+        assert (await claim(15, None))[:2] == (10, 0.0)
+        # a bucket stamped ahead of Redis's clock refills nothing: 3.5 tokens grant 3, leave 0.5
+        now_s, now_us = r.time()
+        ahead = int(now_s) * 1_000_000 + int(now_us) + 3_600_000_000
+        r.hset(bucket, mapping={"t": "3.5", "at": str(ahead)})
+        got, left, at = await claim(15, (3.5, ahead))
+        assert (got, left) == (3, 0.5)
+        assert at < ahead  # stamped again with the claim's own clock
+        # a bucket idle far longer than it takes to fill holds the burst, not more
+        r.hset(bucket, mapping={"t": "0.25", "at": str(at - 3_600_000_000)})
+        assert (await claim(15, stored()))[:2] == (10, 0.0)
+        # then claims as fast as they come, each granting what the clock refilled since the one before
+        while len(granted) < 60:
+            got, left, _ = await claim(7, stored())
+            if got == 0:
+                await asyncio.sleep((1 - left) / per_second)  # until the next token
+    finally:
+        await aclose_client(ar)
+    assert granted == list(range(60))  # FIFO: a task without a token went back to the head
+    s = stats(r, queue)
+    assert (s["processed"], s["failed"], s["retried"]) == (0, 0, 0)  # waiting costs nothing
+    assert r.hlen(qkey(queue, "inflight:c1")) == 60
