@@ -54,8 +54,8 @@ MOVED: dict[str, str] = {
 }
 """Old module path -> its new home."""
 
-SILENT = frozenset({"fencekit.storage"})
-"""Old paths that resolve without a warning."""
+SILENT = frozenset({"fencekit.storage", "fencekit.queue"})
+"""Old paths that resolve without a warning (``fencekit.queue`` held nothing itself: its modules warn)."""
 
 
 class _AliasLoader(importlib.abc.Loader):
