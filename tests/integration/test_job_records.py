@@ -121,10 +121,20 @@ async def _with_progress(client: Client, jid: str) -> Any:
     return info if info is not None and info.progress is not None else None
 
 
+async def subscribed(r: Any, queue: str) -> None:
+    """Until a connection is subscribed to ``queue``'s done channel: a ``result()`` wait is listening."""
+    channel = qkey(queue, "done")
+    await eventually(
+        lambda: int(r.execute_command("PUBSUB", "SHARDNUMSUB", channel)[1]) >= 1,
+        what=f"a subscriber on {channel}",
+    )
+
+
 async def test_result_is_woken_by_the_finishing_ack_not_by_a_re_read(
-    redis_url: str, monkeypatch: pytest.MonkeyPatch
+    redis_url: str, r: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """With the safety re-read pushed out to a minute, only the ack's message can end the wait."""
+    """With the safety re-read pushed out to a minute and no deadline (a wait re-reads at its
+    deadline), only the ack's message can end the wait; ``wait_for`` fails the test otherwise."""
     monkeypatch.setattr(fencekit.produce.results, "SAFETY_REREAD", 60.0)
     release = asyncio.Event()
     finished_at: list[float] = []
@@ -137,19 +147,22 @@ async def test_result_is_woken_by_the_finishing_ack_not_by_a_re_read(
     server = new_server(redis_url, worker("wake", "slow", slow))
     async with Client(redis_url=redis_url) as client, running(server):
         jid = await client.enqueue(Task("wake", "slow"))
-        waiter = asyncio.ensure_future(client.result(jid, timeout=20))
-        await asyncio.sleep(0.2)  # the wait has subscribed and read "running"
+        waiter = asyncio.ensure_future(client.result(jid))
+        await subscribed(r, "wake")  # the wait subscribes, then reads "running"
         assert not waiter.done()
         release.set()
-        assert await waiter == "ok"
+        assert await asyncio.wait_for(waiter, 20) == "ok"
         woke = time.perf_counter()
     print(f"\n[result() wake] {1000 * (woke - finished_at[0]):.2f} ms from the job's return to result()")
 
 
 async def test_a_failure_a_cancel_and_an_expiry_wake_result_without_a_re_read(
-    redis_url: str, monkeypatch: pytest.MonkeyPatch
+    redis_url: str, r: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """fail.lua, cancel.lua and drop.lua publish the jid as the ack does: ``result()`` raises at once."""
+    """fail.lua, cancel.lua and drop.lua publish the jid as the ack does: ``result()`` raises at once.
+
+    As above: no re-read within the test (none before a minute, no deadline), only the message.
+    """
     monkeypatch.setattr(fencekit.produce.results, "SAFETY_REREAD", 60.0)
     release = asyncio.Event()
 
@@ -160,31 +173,39 @@ async def test_a_failure_a_cancel_and_an_expiry_wake_result_without_a_re_read(
     async def forever(payload: dict[str, Any]) -> None:
         await asyncio.Event().wait()
 
+    # two queues: each wait's subscription shows on its own channel (waits on one queue share one)
     server = new_server(
         redis_url,
         worker("wake2", "broken", broken, retry=False),
-        worker("wake2", "forever", forever),
+        worker("wake2s", "forever", forever),
         concurrency=4,
     )
     async with Client(redis_url=redis_url) as client, running(server):
         failing = await client.enqueue(Task("wake2", "broken"))
-        stuck = await client.enqueue(Task("wake2", "forever"))
-        waits = [asyncio.ensure_future(client.result(jid, timeout=20)) for jid in (failing, stuck)]
-        await asyncio.sleep(0.2)  # both waits subscribed and read "running"
+        stuck = await client.enqueue(Task("wake2s", "forever"))
+        waits = [asyncio.ensure_future(client.result(jid)) for jid in (failing, stuck)]
+        await subscribed(r, "wake2")  # each wait subscribes, then reads "running"
+        await subscribed(r, "wake2s")
+        assert not any(w.done() for w in waits)
         release.set()
         with pytest.raises(JobFailed, match="broken on purpose"):
-            await waits[0]
+            await asyncio.wait_for(waits[0], 20)
         assert await client.cancel(stuck) is True
         with pytest.raises(JobCancelled):
-            await waits[1]
+            await asyncio.wait_for(waits[1], 20)
     expiring = new_server(redis_url, worker("wake3", "late", forever))
     async with Client(redis_url=redis_url) as client:
         jid = await client.enqueue(Task("wake3", "late", expires=0.05))
-        wait = asyncio.ensure_future(client.result(jid, timeout=20))
-        await asyncio.sleep(0.2)  # subscribed, read "pending"; the task expired meanwhile
+        (raw,) = r.lrange(qkey("wake3", "pending"), 0, -1)
+        expires_at = orjson.loads(raw)["expires_at"]  # Unix ms, judged by the claiming host's clock
+        wait = asyncio.ensure_future(client.result(jid))
+        await subscribed(r, "wake3")  # the wait subscribes, then reads "pending"
+        # the task expires before any consumer claims it
+        await eventually(lambda: time.time_ns() // 1_000_000 > expires_at, what="the task expired")
+        assert not wait.done()
         async with running(expiring):
             with pytest.raises(JobExpired):
-                await wait
+                await asyncio.wait_for(wait, 20)
 
 
 async def test_result_times_out_with_the_builtin_timeout_error(redis_url: str) -> None:
