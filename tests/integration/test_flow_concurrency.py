@@ -16,12 +16,34 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
-from tests.queue_helpers import eventually, new_server, qkey, running, stats, worker
+from tests.queue_helpers import (
+    BEATS,
+    capture_logger,
+    eventually,
+    new_server,
+    pending,
+    qkey,
+    running,
+    stats,
+    worker,
+)
 
-from fencekit import App, Client, Task
+from fencekit import App, Client, Task, current_job
+from fencekit._redis import scripts
+from fencekit._redis.clients import aclose_client, async_client
+from fencekit._redis.keys import KeySpace
+from fencekit._redis.run import arun
+from fencekit.consume.settle import Retention
 from fencekit.errors import ConfigError, PayloadError
-from fencekit.jobs.worker import inspect_worker
+from fencekit.jobs.flow import flow_specs
+from fencekit.jobs.worker import WorkerRegistry, inspect_worker
+from fencekit.services.reaper import Reaper
+from fencekit.settings import ServerSettings, defaults
+
+KEYS = KeySpace()
+RETENTION = Retention.of(defaults(ServerSettings))
 
 
 def most_at_once(intervals: list[tuple[float, float]]) -> int:
@@ -94,6 +116,101 @@ async def test_the_slot_is_given_back(redis_url: str, r: Any, how: str) -> None:
             await eventually(lambda: "second" in ran, timeout=10, what="the parked task ran")
             await eventually(lambda: slots_clear(r, queue), timeout=10, what="no slot left held")
     assert ran.index("second") > 0
+
+
+async def dead_holder(redis_url: str, r: Any, queue: str, keyed: type) -> int:
+    """A consumer "dead" claimed task "first" (the one slot of key t; "second" parked behind it)
+    and stopped beating a minute ago; returns the token holding the slot."""
+    async with Client(redis_url=redis_url) as client:
+        await client.enqueue(Task(queue, "run", {"name": "first"}, concurrency_key="t"))
+        await client.enqueue(Task(queue, "run", {"name": "second"}, concurrency_key="t"))
+    qk = KEYS.queue(queue)
+    flow = flow_specs([inspect_worker(keyed)], {queue: qk})[queue]
+    ar = async_client(redis_url)
+    try:
+        reply = await arun(
+            ar,
+            scripts.ack_claim(
+                pending=qk.pending,
+                inflight=qk.inflight("dead"),
+                token_counter=qk.token_counter,
+                stats=qk.stats,
+                wake=qk.wake,
+                want=2,
+                acks=[],
+                flow=flow,
+            ),
+        )
+        await arun(
+            ar,
+            scripts.heartbeat(
+                consumers=KEYS.consumers,
+                beats=KEYS.beats,
+                store=KEYS.store,
+                new_store_id="s",
+                entries=[("dead", orjson.dumps({"queues": [queue]}))],
+            ),
+        )
+    finally:
+        await aclose_client(ar)
+    _, token, _, _, *claimed = reply
+    assert [orjson.loads(e)["params"]["name"] for e in claimed] == ["first"]
+    assert r.smembers(qkey(queue, "slots:t")) == {str(token).encode()}
+    assert r.llen(qkey(queue, "parked:t")) == 1  # "second" waits for the slot
+    r.zadd(BEATS, {"dead": int(r.time()[0]) * 1000 - 60_000})
+    return int(token)
+
+
+@pytest.mark.parametrize("retry", [True, False], ids=["returned", "failed"])
+async def test_a_reaped_holder_gives_its_slot_back(redis_url: str, r: Any, retry: bool) -> None:
+    """The reaper returns (requeue.lua) or fails (fail.lua) the dead holder's task: its slot is
+    free again and the task parked behind it is back in the queue."""
+    queue = f"reaped_slot_{'r' if retry else 'f'}"
+
+    async def perform(payload: dict[str, Any]) -> None:
+        return None
+
+    keyed = worker(queue, "run", perform, max_concurrency=1, retry=retry)
+    await dead_holder(redis_url, r, queue, keyed)
+    registry = WorkerRegistry()
+    registry.add([keyed])
+    ar = async_client(redis_url)
+    try:
+        reaper = Reaper(ar, KEYS, registry, ttl=5.0, logger=capture_logger("test.slots"), retention=RETENTION)
+        assert await reaper.reap_once() == 1
+    finally:
+        await aclose_client(ar)
+    assert not r.exists(qkey(queue, "slots:t"))  # the dead delivery's slot given back
+    assert not r.exists(qkey(queue, "parked:t"))
+    assert not r.sismember(qkey(queue, "parkedkeys"), "t")
+    back = [(e["params"]["name"], e["attempt"]) for e in pending(r, queue)]  # next to claim first
+    s = stats(r, queue)
+    if retry:
+        assert back == [("first", 1), ("second", 0)]
+        assert (s["retried"], s["failed"]) == (1, 0)
+    else:
+        assert back == [("second", 0)]
+        assert (s["retried"], s["failed"]) == (0, 1)
+
+
+async def test_a_servers_reaper_frees_the_slot_a_dead_consumer_held(redis_url: str, r: Any) -> None:
+    """A running Server's own reaper loop reaps the dead holder; its one slot then serves both tasks."""
+    queue = "reaped_slot_server"
+    ran: list[tuple[str, int]] = []
+
+    async def perform(payload: dict[str, Any]) -> None:
+        ran.append((payload["name"], current_job().attempt))
+
+    keyed = worker(queue, "run", perform, max_concurrency=1)
+    await dead_holder(redis_url, r, queue, keyed)
+    server = new_server(redis_url, keyed, concurrency=4)
+    async with running(server):
+        await eventually(lambda: len(ran) == 2, what="both tasks ran: the dead consumer's slot came back")
+        await eventually(lambda: slots_clear(r, queue), what="no slot left held")
+    assert ran == [("first", 1), ("second", 0)]
+    assert server.services is not None
+    assert server.services.reaper.returned == 1
+    assert stats(r, queue)["processed"] == 2
 
 
 def test_options_are_checked_and_task_functions_apply_the_key() -> None:
