@@ -29,7 +29,7 @@ from tests.queue_helpers import (
 )
 from tests.servers import direct, node_of, nodes
 
-from fencekit import Client, FencedOutError, StoreError, Task
+from fencekit import Client, FencedOutError, StoreError, SyncClient, Task
 from fencekit._redis import scripts
 from fencekit._redis.clients import aclose_client, async_client, sync_client
 from fencekit._redis.cluster.link import ClusterLink
@@ -335,6 +335,29 @@ async def test_i4_a_timed_out_pipeline_on_the_lean_link_ran_each_script_once(red
         await link.aclose()
     assert await settle_counter(r, "i4:p1") == 1
     assert await settle_counter(r, "i4:p2") == 1
+
+
+async def test_i4_a_sync_client_enqueue_whose_reply_timed_out_is_not_sent_again(
+    redis_url: str, r: Any
+) -> None:
+    """SyncClient (redis-py without an event loop): Redis holds writes for 0.7 s (``CLIENT PAUSE``)
+    and the client's socket timeout is 0.2 s. The lost reply is a StoreError, and the enqueue is
+    not sent again once Redis answers: it ran at most once."""
+    node = node_of(r, qkey("i4sync", "pending"))
+    client = SyncClient(redis_url + "?socket_timeout=0.2")
+    try:
+        node.execute_command("CLIENT", "PAUSE", 700, "WRITE")
+        with pytest.raises(StoreError, match=r"^TimeoutError"):
+            await asyncio.to_thread(client.enqueue, Task("i4sync", "op"))
+    finally:
+        client.close()
+        node.execute_command("CLIENT", "UNPAUSE")
+    await eventually(
+        lambda: not _clients_under_test(r, qkey("i4sync", "pending")), timeout=5, what="the client closed"
+    )
+    enqueued = stats(r, "i4sync")["enqueued"]
+    assert enqueued <= 1
+    assert len(pending(r, "i4sync")) == enqueued
 
 
 # -- I5: every queue script runs on a real Redis Cluster ----------------------------------------
