@@ -64,6 +64,21 @@ async def test_tokens_grow_with_every_grant(api: Api) -> None:
     assert len(set(tokens)) == 5
 
 
+async def test_tokens_keep_growing_when_the_token_counter_is_lost(api: Api, raw: redis.Redis) -> None:
+    """A failover that lost the counter's last writes (I2): the next grant still outgrows the last
+    one, from the Redis clock in µs that a token is at least."""
+    lock = api.lock()
+    first = await api(lock.acquire("r", ttl=TTL))
+    await api(lock.release(first))
+    raw.delete(lock.lock_key("r") + ":seq")
+    seconds, micros = raw.time()
+    before = int(seconds) * 1_000_000 + int(micros)
+    second = await api(lock.acquire("r", ttl=TTL))
+    assert second.token.value > first.token.value
+    assert second.token.value >= before
+    assert raw.get(lock.lock_key("r") + ":seq") == str(second.token.value)
+
+
 async def test_a_held_lock_refuses_a_second_owner_and_issues_no_token(api: Api, raw: redis.Redis) -> None:
     lock = api.lock()
     first = await api(lock.acquire("r", ttl=TTL, owner_id="a"))
