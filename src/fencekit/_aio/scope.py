@@ -122,12 +122,14 @@ class TaskScope:
         self.close_wait = close_wait
         self.recancel = recancel
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._children: weakref.WeakSet[TaskScope] = weakref.WeakSet()
+        self._children: weakref.WeakSet[TaskScope] | None = None  # made by the first child
         self._closing = 0  # closes under way (a close may be asked for by two owners at once)
         # bound once: add_done_callback then costs no bound-method allocation per task
         self._done_logged = self._forget_or_report
         self._done_awaited = self._tasks.discard
         if parent is not None:
+            if parent._children is None:
+                parent._children = weakref.WeakSet()
             parent._children.add(self)
 
     def __repr__(self) -> str:
@@ -193,7 +195,7 @@ class TaskScope:
         """The tasks not ended yet (with their scope): this scope's, and with ``nested`` its children's."""
         me = asyncio.current_task()
         found = [(self, task) for task in self._tasks if not task.done() and task is not me]
-        if nested:
+        if nested and self._children is not None:
             for child in list(self._children):
                 found.extend(child._live(nested=True))
         return found

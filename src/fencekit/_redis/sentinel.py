@@ -44,6 +44,7 @@ from typing import Any
 import redis.asyncio
 from redis.exceptions import RedisError
 
+from fencekit._aio.scope import TaskScope
 from fencekit._redis.url import RedisTarget
 from fencekit.errors import StoreError
 
@@ -206,7 +207,8 @@ class MasterWatch:
     """Keeps a :class:`MasterView` current for one process (see the module docstring).
 
     :meth:`start` reads the master once (StoreError when no sentinel knows
-    it), then subscriptions and polls run until :meth:`aclose`. Listeners
+    it), then subscriptions and polls run, as tasks of the watch's
+    :class:`~fencekit._aio.scope.TaskScope`, until :meth:`aclose`. Listeners
     are called in the event loop, synchronously, for every change.
     """
 
@@ -217,6 +219,7 @@ class MasterWatch:
         self.view = MasterView(target.master_name)
         self.poll_interval = poll_interval
         self._listeners: list[Listener] = []
+        self._scope = TaskScope(f"sentinel watch of {target.master_name!r}", logger=log)
         self._tasks: list[asyncio.Task[None]] = []
         self._poll_now = asyncio.Event()
         self._starting = asyncio.Lock()
@@ -258,16 +261,14 @@ class MasterWatch:
             raise StoreError(
                 f"no sentinel of {self.target.redacted()} knows master {self.target.master_name!r}"
             )
-        self._tasks = [asyncio.create_task(self._poll_loop(), name="fencekit-sentinel-poll")]
+        self._tasks = [self._scope.start(self._poll_loop(), name="fencekit-sentinel-poll")]
         for host, port in self.target.sentinels:
             self._tasks.append(
-                asyncio.create_task(self._subscribe(host, port), name=f"fencekit-sentinel-{host}:{port}")
+                self._scope.start(self._subscribe(host, port), name=f"fencekit-sentinel-{host}:{port}")
             )
 
     async def aclose(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._scope.aclose()
         self._tasks = []
         await self._close_pollers()
 

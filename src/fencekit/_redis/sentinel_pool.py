@@ -6,7 +6,8 @@ the master is moving; every connection checks ``ROLE`` when it connects and
 after an idle spell (:class:`RoleCheckedConnection`). The synchronous
 twins do the same for :func:`fencekit.connect`, whose watch runs on an event
 loop in a thread of its own (:class:`WatchThread`), so a synchronous program
-follows a failover as an asyncio one does.
+follows a failover as an asyncio one does. The asyncio pool's drops run as tasks
+of its :class:`~fencekit._aio.scope.TaskScope`, ended by its ``aclose``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import redis.asyncio.sentinel
 import redis.exceptions
 import redis.sentinel
 
+from fencekit._aio.scope import TaskScope
 from fencekit._redis.sentinel import Address, Change, MasterWatch, _text
 from fencekit._redis.url import RedisTarget
 from fencekit.errors import StoreError
@@ -87,7 +89,7 @@ class WatchedSentinelPool(redis.asyncio.sentinel.SentinelConnectionPool):
     def __init__(self, service_name: str, sentinel_manager: Any, **kwargs: Any) -> None:
         self.watch: MasterWatch = kwargs.pop("watch")
         super().__init__(service_name, sentinel_manager, **kwargs)  # type: ignore[no-untyped-call]
-        self._dropping: set[asyncio.Task[None]] = set()
+        self._dropping = TaskScope(f"sentinel pool of {service_name!r}")  # drops asked for by the watch
         self.watch.listen(self._on_change)
 
     async def get_master_address(self) -> Address:
@@ -102,13 +104,12 @@ class WatchedSentinelPool(redis.asyncio.sentinel.SentinelConnectionPool):
         return address
 
     def _on_change(self, change: Change) -> None:
-        task = asyncio.get_running_loop().create_task(self.disconnect(inuse_connections=True))
-        self._dropping.add(task)
-        task.add_done_callback(self._dropping.discard)
+        self._dropping.start(self.disconnect(inuse_connections=True), name="fencekit-sentinel-drop")
 
     async def aclose(self) -> None:
         """Close the pool and stop its watch (what ``client.aclose()`` calls)."""
         await self.watch.aclose()
+        await self._dropping.aclose()
         await super().aclose()
 
 

@@ -17,6 +17,10 @@ raised by ``send`` itself (the connection failed) fails every caller of the
 batch, as it would have failed each of them alone. Items are sent in the
 order they were submitted. A cancelled caller's item is still sent (it may
 already be on the wire), as a cancelled single request would have been.
+
+Each batch's send is a task of the coalescer's :class:`~fencekit._aio.scope.TaskScope`
+(one per batch: fire-and-forget for the caller that started it, never
+unowned): :meth:`Coalescer.aclose` waits for them.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
+
+from fencekit._aio.scope import TaskScope
 
 __all__ = ["Coalescer"]
 
@@ -40,7 +46,7 @@ class Coalescer(Generic[I, R]):
         self._items: list[I] = []
         self._futures: list[asyncio.Future[R]] = []
         self._busy = False  # a send is in flight (a caller's own, or a batch's)
-        self._senders: set[asyncio.Task[None]] = set()
+        self._senders = TaskScope(name)  # the batches' sends
 
     async def submit(self, item: I) -> R:
         """Send ``item`` (now, or with the next batch) and return its outcome."""
@@ -64,9 +70,7 @@ class Coalescer(Generic[I, R]):
         """Start sending the waiting batch unless a send is in flight."""
         if self._items and not self._busy:
             self._busy = True
-            sender = asyncio.get_running_loop().create_task(self._run(), name=self._name)
-            self._senders.add(sender)
-            sender.add_done_callback(self._senders.discard)
+            self._senders.start(self._run(), name=self._name)
 
     async def _run(self) -> None:
         items, futures = self._items, self._futures
@@ -96,5 +100,4 @@ class Coalescer(Generic[I, R]):
 
     async def aclose(self) -> None:
         """Wait for the batch being sent (a closing client lets its accepted calls finish)."""
-        while self._senders:
-            await asyncio.gather(*self._senders, return_exceptions=True)
+        await self._senders.wait()

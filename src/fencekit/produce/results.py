@@ -16,7 +16,8 @@ by it (on a Redis Cluster over one subscription per node:
 :func:`fencekit._redis.cluster.pubsub.sharded_pubsub`). A wait subscribes
 first, then reads the record, so a finish between the two is never missed;
 if the connection drops, every waiter is woken to read again, and a slow
-safety re-read covers a message lost anyway.
+safety re-read covers a message lost anyway. Its listener is a task of the
+waiter's :class:`~fencekit._aio.scope.TaskScope`, ended by :meth:`ResultWaiter.aclose`.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any, NamedTuple
 
 import redis.asyncio
 
+from fencekit._aio.scope import TaskScope
 from fencekit._redis import scripts
 from fencekit._redis.cluster.pubsub import sharded_pubsub
 from fencekit._redis.keys import MAX_JID, KeySpace, is_jid
@@ -199,6 +201,7 @@ class ResultWaiter:
         self._keys = keys
         self._logger = logger
         self._pubsub: Any = None
+        self._scope = TaskScope("result waiter", logger=logger)
         self._listener: asyncio.Task[None] | None = None
         self._waiting: dict[tuple[str, str], set[asyncio.Event]] = {}
         self._channels: dict[str, str] = {}  # channel -> queue
@@ -231,7 +234,7 @@ class ResultWaiter:
             self._pubsub = sharded_pubsub(self._redis)
         await self._pubsub.ssubscribe(channel)
         if self._listener is None or self._listener.done():
-            self._listener = asyncio.get_running_loop().create_task(self._listen(), name="fencekit-results")
+            self._listener = self._scope.start(self._listen(), name="fencekit-results")
 
     async def _listen(self) -> None:
         delay = 0.1
@@ -271,11 +274,8 @@ class ResultWaiter:
                     event.set()
 
     async def aclose(self) -> None:
-        if self._listener is not None:
-            self._listener.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._listener
-            self._listener = None
+        await self._scope.aclose()
+        self._listener = None
         if self._pubsub is not None:
             with contextlib.suppress(Exception):
                 await self._pubsub.aclose()

@@ -2,7 +2,10 @@
 
 ``Server`` and the pool supervisor own their process (signals, logging,
 shutdown order), so uvicorn here installs no signal handler, does not touch
-logging, and is started and stopped like any other task of the host.
+logging, and is started and stopped like any other task of the host: a
+task of the web server's :class:`~fencekit._aio.scope.TaskScope`, which logs
+at once a uvicorn that dies while serving; :meth:`WebServer.stop` ends it
+gracefully, then closes the scope.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from collections.abc import Iterator
 import uvicorn
 from starlette.types import ASGIApp
 
+from fencekit._aio.scope import TaskScope
 from fencekit.errors import ConfigError, FenceKitError
 
 __all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "WebServer"]
@@ -78,6 +82,7 @@ class WebServer:
         self.graceful_timeout = graceful_timeout
         self._server: _HostedServer | None = None
         self._task: asyncio.Task[None] | None = None
+        self._scope = TaskScope("web", logger=self.logger)
 
     @property
     def url(self) -> str:
@@ -105,7 +110,7 @@ class WebServer:
         )
         server = _HostedServer(config)
         self._server = server
-        self._task = asyncio.create_task(server.serve(sockets=[sock]), name="fencekit-web")
+        self._task = self._scope.start(server.serve(sockets=[sock]), name="fencekit-web")
         started = time.monotonic()
         while not server.started:
             if self._task.done():
@@ -137,6 +142,7 @@ class WebServer:
             self.logger.warning("web: server stopped with %r", exc)
         finally:
             self._server = self._task = None
+            await self._scope.aclose()
         self.logger.info("web: stopped")
 
 

@@ -25,6 +25,10 @@ hangs does not hold up the others' work on every turn), and the slot map is
 read again from the nodes still answering, so a replica the cluster promotes
 is found without waiting for a ``MOVED``. The consumer reconciles the queues
 of that node only (:mod:`fencekit.consume.consumer`).
+
+The connections being opened and the slot map being read again are tasks
+of the link's :class:`~fencekit._aio.scope.TaskScope` (several callers may
+wait for one), cancelled and awaited by :meth:`ClusterLink.aclose`.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any, cast
 
+from fencekit._aio.scope import TaskScope
 from fencekit._redis.cluster.routing import (
     MAX_REDIRECTS,
     REFRESH,
@@ -107,6 +112,7 @@ class ClusterLink:
         self._closed = False
         self._refreshing: asyncio.Task[None] | None = None
         self._down: dict[Address, tuple[float, float]] = {}  # node -> (failing fast until, next back-off)
+        self._scope = TaskScope(f"cluster link {name or ''}".rstrip())  # opening connections, map reads
         self.redirects = {"moved": 0, "ask": 0, "tryagain": 0}
         """How many times this link followed each answer (map reads, ASK sends, TRYAGAIN pauses)."""
 
@@ -242,8 +248,8 @@ class ClusterLink:
 
     async def aclose(self) -> None:
         self._closed = True
-        for task in self._opening.values():
-            task.cancel()
+        await self._scope.aclose()  # connections being opened, a map read: cancelled and awaited
+        self._opening.clear()
         conns = list(self._conns.values())
         self._conns.clear()
         await asyncio.gather(*(conn.aclose() for conn in conns), return_exceptions=True)
@@ -318,7 +324,7 @@ class ClusterLink:
         _, pause = self._down.get(address, (0.0, NODE_RETRY_MIN))
         self._down[address] = (now + pause, min(pause * 2, NODE_RETRY_MAX))
         if self._refreshing is None or self._refreshing.done():
-            self._refreshing = asyncio.ensure_future(self._read_map_quietly())
+            self._refreshing = self._scope.start(self._read_map_quietly(), name="fencekit-cluster-map")
         return NodeLost(f"Redis Cluster node {address[0]}:{address[1]}: {exc}")
 
     async def _read_map_quietly(self) -> None:
@@ -336,7 +342,9 @@ class ClusterLink:
         task = self._opening.get(address)
         if task is None:
             node = self._target.node(*address)
-            task = asyncio.ensure_future(LeanConnection.open(node, name=self._name))
+            task = self._scope.start(
+                LeanConnection.open(node, name=self._name), name="fencekit-cluster-open", awaited=True
+            )
             self._opening[address] = task
         try:
             conn = await asyncio.shield(task)
@@ -352,7 +360,7 @@ class ClusterLink:
     async def _refresh(self) -> None:
         """Read the slot map again (once for every caller waiting on it)."""
         if self._refreshing is None or self._refreshing.done():
-            self._refreshing = asyncio.ensure_future(self._read_map())
+            self._refreshing = self._scope.start(self._read_map(), name="fencekit-cluster-map", awaited=True)
         await asyncio.shield(self._refreshing)
 
     async def _read_map(self) -> None:

@@ -19,7 +19,9 @@ like the first (a listener reads again on it). A node's connection that
 fails is reported by the next :meth:`ClusterSubscriber.get_message` and its
 channels are subscribed again, from a fresh slot map, at the call after
 (the listener's back-off paces the attempts), as redis-py's ``PubSub``
-reconnects a single node.
+reconnects a single node. The readers are tasks of the subscriber's
+:class:`~fencekit._aio.scope.TaskScope`, ended (and awaited) by
+:meth:`ClusterSubscriber.aclose`.
 
 :func:`sharded_pubsub` and :func:`channel_pubsub` give a plain client's own
 ``pubsub()`` unchanged.
@@ -38,6 +40,7 @@ import redis.asyncio.cluster
 import redis.client
 from redis.exceptions import RedisClusterException, ResponseError, SlotNotCoveredError
 
+from fencekit._aio.scope import TaskScope
 from fencekit._redis.cluster.batches import plain_node_client
 from fencekit._redis.cluster.link import Address, redirect_of, slot_of
 from fencekit._redis.run import Redirected, as_text
@@ -106,6 +109,7 @@ class ClusterSubscriber:
         self._lock = asyncio.Lock()
         self._stale = False  # read the slot map before the next subscription
         self._closed = False
+        self._scope = TaskScope("cluster sharded pub/sub")  # the nodes' readers
 
     @property
     def channels(self) -> list[str]:
@@ -153,15 +157,13 @@ class ClusterSubscriber:
 
         Not ``asyncio.wait_for``: on Python < 3.12 it swallows a cancellation that
         meets an item arriving at the same moment, and a listener cancelled at
-        shutdown then never ends (a stopping Server hung on it).
+        shutdown then never ends (a stopping Server hung on it). The getter is
+        a task of a scope of this call: cancelled and awaited when it returns.
         """
-        getter = asyncio.ensure_future(self._inbox.get())
-        try:
+        async with TaskScope("cluster sharded pub/sub read") as scope:
+            getter = scope.start(self._inbox.get(), awaited=True)
             done, _ = await asyncio.wait({getter}, timeout=timeout)
-        finally:
-            if not getter.done():
-                getter.cancel()
-        return getter.result() if done else _NOTHING
+            return getter.result() if done else _NOTHING
 
     async def aclose(self) -> None:
         """Stop every reader and close every node's subscription."""
@@ -169,10 +171,7 @@ class ClusterSubscriber:
         shards = list(self._shards.values())
         self._shards.clear()
         self._placed.clear()
-        readers = [shard.reader for shard in shards if shard.reader is not None]
-        for reader in readers:
-            reader.cancel()
-        await asyncio.gather(*readers, return_exceptions=True)
+        await self._scope.aclose()  # every reader, cancelled and awaited
         for shard in shards:
             with contextlib.suppress(Exception):
                 await shard.pubsub.aclose()  # type: ignore[no-untyped-call]
@@ -214,9 +213,7 @@ class ClusterSubscriber:
                 raise
             if fresh:
                 self._shards[name] = shard
-                shard.reader = asyncio.get_running_loop().create_task(
-                    self._read(name, shard), name=f"fencekit-ssubscribe-{name}"
-                )
+                shard.reader = self._scope.start(self._read(name, shard), name=f"fencekit-ssubscribe-{name}")
             for names in by_slot.values():
                 for channel in names:
                     self._placed[channel] = name
