@@ -15,7 +15,10 @@ connection (:mod:`fencekit.consume.waker`), so it starts a task within about a
 millisecond of its enqueue.
 
 This module is the loop and the consumer's lifetime (start, stop, running
-tasks, returning what it holds); two parts live beside it as base classes of
+tasks, returning what it holds). Every task of the consumer -- one per job,
+the waker, the cancel listener, the deadline watch -- is a task of its
+:class:`~fencekit._aio.scope.TaskScope` (nested in its host's), closed when
+:meth:`Consumer.run` ends; two parts live beside it as base classes of
 :class:`Consumer`: building a turn and absorbing its replies
 (:mod:`fencekit.consume.turns`), and the idle side of the waker -- the claims
 written behind its ``BLPOP``, rate-limit pauses (:mod:`fencekit.consume.wake_claims`).
@@ -43,6 +46,7 @@ from typing import Any
 import redis.asyncio
 
 from fencekit._aio.loops import Backoff
+from fencekit._aio.scope import TaskScope
 from fencekit._redis import scripts
 from fencekit._redis.clients import watch_of
 from fencekit._redis.keys import KeySpace
@@ -100,6 +104,7 @@ class Consumer(Turns, WakeClaims):
         resets: Callable[[], int] | None = None,
         on_turn: Callable[[], None] | None = None,
         hooks: FenceKitHooks | None = None,
+        scope: TaskScope | None = None,
     ) -> None:
         self.target = target
         self.keys = keys
@@ -129,6 +134,10 @@ class Consumer(Turns, WakeClaims):
         self._rotation = 0
         self._event = asyncio.Event()
         self._watch = watch_of(redis_client)
+        name = f"consumer {consumer_id}"
+        self.scope = scope.child(name) if scope is not None else TaskScope(name, logger=logger)
+        """Its tasks' owner (nested in ``scope``, the host's, when given)."""
+        self._spawn = self.scope.start
         self._waker = Waker(
             target,
             watch=self._watch,
@@ -141,6 +150,7 @@ class Consumer(Turns, WakeClaims):
             on_claimed=self._claimed_on_wake,
             on_lost=self._wake_claims_lost,
             poll=min(IDLE_POLL, settings["heartbeat_ttl"] / 4),
+            scope=self.scope,
         )
         self._reserved = 0  # tasks the waker's claims may bring (counted as taken slots)
         self._cancels = CancelListener(
@@ -176,6 +186,7 @@ class Consumer(Turns, WakeClaims):
             max_payload=settings["max_payload"],
             observer=self._observer,
             sync_concurrency=settings.get("sync_concurrency", DEFAULT_SYNC_CONCURRENCY),
+            scope=self.scope,
         )
 
     # public ---------------------------------------------------------------
@@ -191,15 +202,15 @@ class Consumer(Turns, WakeClaims):
         """Claim and perform until :meth:`stop`; then return unfinished tasks."""
         if not self.queues:
             raise ConfigError("consumer has no queues: register at least one worker")
-        waker = asyncio.create_task(self._waker.run(), name=f"fencekit-wake-{self.consumer_id}")
-        cancels = asyncio.create_task(self._cancels.run(), name=f"fencekit-cancels-{self.consumer_id}")
+        waker = self._spawn(self._waker.run(), name=f"fencekit-wake-{self.consumer_id}")
+        cancels = self._spawn(self._cancels.run(), name=f"fencekit-cancels-{self.consumer_id}")
         try:
             await self._loop()
         finally:
             self._cancels.stop()
             cancels.cancel()
             await self._waker.stop(waker, self._unblock)
-            await asyncio.gather(cancels, return_exceptions=True)
+            await self.scope.aclose()  # the waker, the listener, the deadline watch, any job left
             await self._cancels.aclose()
             self._performer.close()
             try:
@@ -289,7 +300,7 @@ class Consumer(Turns, WakeClaims):
     # performing -------------------------------------------------------------
     def _start(self, queue: str, token: int, raw: bytes) -> None:
         # Each task runs in its own copy of the context, so current_job() is per task.
-        task = asyncio.get_running_loop().create_task(self._performer.perform(queue, token, raw))
+        task = self._spawn(self._performer.perform(queue, token, raw))
         key = (queue, token)
         self._running[key] = task
         task.add_done_callback(functools.partial(self._finished, key))

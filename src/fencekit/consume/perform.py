@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from fencekit._aio.scope import TaskScope
 from fencekit._log import JobLines
 from fencekit._redis.keys import KeySpace
 from fencekit._redis.scripts import Call, RecordedAck
@@ -111,7 +112,9 @@ class Performer:
         max_payload: int = codec.DEFAULT_MAX_PAYLOAD,
         observer: Observer | None = None,
         sync_concurrency: int = DEFAULT_SYNC_CONCURRENCY,
+        scope: TaskScope | None = None,
     ) -> None:
+        """``scope``: the consumer's task scope (the deadline watch runs in it)."""
         self.keys = keys
         self.registry = registry
         self.retention = retention
@@ -139,6 +142,7 @@ class Performer:
         """Deliveries settled by their timeout whose coroutine has not ended yet (and since when)."""
         self._deadlines: dict[tuple[str, int], _Deadline] = {}
         self._watchdog: asyncio.Task[None] | None = None
+        self._scope = scope if scope is not None else TaskScope(f"performer {consumer_id}", logger=logger)
         self.cancelled: set[tuple[str, int]] = set()
         """Deliveries whose cancellation is a client's ``cancel()``, not a stop (cancel.lua settled them)."""
 
@@ -186,7 +190,7 @@ class Performer:
                 time.monotonic() + timeout, timeout, envelope, spec, job, asyncio.current_task()
             )
             if self._watchdog is None or self._watchdog.done():
-                self._watchdog = asyncio.get_running_loop().create_task(self._watch_deadlines())
+                self._watchdog = self._scope.start(self._watch_deadlines(), name="fencekit-deadlines")
         started = time.perf_counter()
         try:
             call = spec.call

@@ -27,12 +27,12 @@ for its claims' replies, so a stop never leaves a claim running behind it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from fencekit._aio.loops import Backoff
+from fencekit._aio.scope import TaskScope
 from fencekit._redis.cluster.link import slot_of
 from fencekit._redis.link import Link, open_link
 from fencekit._redis.run import as_text
@@ -74,7 +74,9 @@ class Waker:
         on_claimed: Callable[[list[Any], list[Any]], None] = lambda items, replies: None,
         on_lost: Callable[[], None] = lambda: None,
         poll: float = IDLE_POLL,
+        scope: TaskScope | None = None,
     ) -> None:
+        """``scope``: the consumer's task scope (a cluster's per-slot waits nest in it)."""
         self.target = target
         self.watch = watch
         self.link_kind = link_kind
@@ -93,6 +95,7 @@ class Waker:
         self.claiming = False
         """True while claims wait behind the BLPOP (their tasks may be claimed at any moment)."""
         self._stopping = False
+        self._scope = scope
 
     async def _connected(self) -> Link:
         if self._link is None or self._link.closed:
@@ -157,20 +160,22 @@ class Waker:
         that owns it; docs/design/cluster.md ("Waking idle consumers on a cluster")
         says why not one wait per node. No claims ride behind these waits:
         a wake-up makes the loop claim (two round trips instead of one).
+        The waits are tasks of a scope of this call: one that fails ends
+        the others (and this call, with its error); they end with it.
         """
         groups: dict[int, list[str]] = {}
         for key in self.wake_keys:
             groups.setdefault(slot_of(key), []).append(key)
-        tasks = [
-            asyncio.create_task(self._wait_slot(keys), name=f"fencekit-wake-{self.name}-{slot}")
-            for slot, keys in groups.items()
-        ]
-        try:
-            await asyncio.gather(*tasks)
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+        name = f"consumer {self.name}: wake-up waits"
+        slots = self._scope.child(name) if self._scope is not None else TaskScope(name, logger=self._logger)
+        async with slots:
+            tasks = [
+                slots.start(self._wait_slot(keys), name=f"fencekit-wake-{self.name}-{slot}", awaited=True)
+                for slot, keys in groups.items()
+            ]
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            for task in done:
+                task.result()  # the first failure ends them all
 
     async def _wait_slot(self, keys: list[str]) -> None:
         backoff = Backoff(self._logger, f"consumer {self.name}: waiting for work on {keys[0]}")
@@ -198,18 +203,16 @@ class Waker:
                 await link.aclose()
 
     async def stop(self, task: asyncio.Task[None], unblock: Callable[[int], Awaitable[Any]]) -> None:
-        """End :meth:`run` (running as ``task``); with claims behind the BLPOP, unblock it and wait
-        for their replies rather than leave them to run after the consumer is gone."""
+        """Make :meth:`run` (running as ``task``) end; with claims behind the BLPOP, unblock it and
+        wait for their replies rather than leave them to run after the consumer is gone. The
+        owner's scope then cancels ``task`` and awaits it."""
         self._stopping = True
         if self.claiming and self._client_id is not None:
             try:
                 await unblock(self._client_id)
             except FenceKitError:
                 pass  # not allowed (ACL) or Redis gone: the BLPOP returns within its poll anyway
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(asyncio.shield(task), self.poll + 5.0)
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+            await asyncio.wait({task}, timeout=self.poll + 5.0)
 
     async def aclose(self) -> None:
         if self._link is not None:

@@ -17,7 +17,9 @@ After connecting it runs the APP's ``on_startup`` hooks (each child has its
 own resources, as a ``Server`` has), serves, and runs ``on_shutdown`` after
 its consumer stopped. SIGTERM stops claiming and lets running tasks finish
 within ``grace``; the rest go back to their queues. SIGINT and SIGHUP are ignored: a terminal's
-Ctrl-C reaches the whole process group, and the supervisor decides.
+Ctrl-C reaches the whole process group, and the supervisor decides. Its tasks (the ticker,
+the consumer's and the stop wait; the consumer's own nested) belong to the child's
+:class:`~fencekit._aio.scope.TaskScope`, closed before it closes Redis.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import orjson
 
 from fencekit import _coverage
 from fencekit._aio.loops import Backoff
+from fencekit._aio.scope import TaskScope
 from fencekit._log import LineHandler, flush_all
 from fencekit._redis.clients import aclose_client, async_client
 from fencekit._redis.keys import KeySpace
@@ -208,6 +211,7 @@ async def _serve(
     target = parse_url(settings["redis_url"])
     redis = async_client(target)
     ttl = settings["heartbeat_ttl"]
+    scope = TaskScope(f"child {config.slot}", logger=logger)
     consumer = Consumer(
         target=target,
         keys=KeySpace(settings["prefix"]),
@@ -219,6 +223,7 @@ async def _serve(
         lease_ok=lambda: lease_ok(board.beat_ok(), ttl),
         resets=board.resets,
         hooks=app.hooks,
+        scope=scope,
     )
     client = Client.sharing(settings, redis, app.hooks)
     detach = attach_client(registry, client)  # the app's task functions enqueue on this connection
@@ -244,7 +249,7 @@ async def _serve(
                 stop.set()
             await asyncio.sleep(TICK)
 
-    ticking = asyncio.create_task(ticker())
+    scope.start(ticker(), name="fencekit-ticker")
     try:
         if not await _connect(consumer, stop, logger, config.slot):
             return ExitCode.OK
@@ -252,8 +257,8 @@ async def _serve(
         state = READY
         board.tick(config.slot, time.monotonic(), state, pid, 0, consumer.stats.by_queue)
         _log_serving(logger, config, consumer, loop)
-        consuming = asyncio.create_task(consumer.run())
-        stopping = asyncio.create_task(stop.wait())
+        consuming = scope.start(consumer.run(), name="fencekit-consumer", awaited=True)
+        stopping = scope.start(stop.wait(), name="fencekit-stop-wait", awaited=True)
         await asyncio.wait({consuming, stopping}, return_when=asyncio.FIRST_COMPLETED)
         state = STOPPING
         if not consuming.done():
@@ -265,7 +270,7 @@ async def _serve(
         return ExitCode.OK
     finally:
         detach()
-        ticking.cancel()
+        await scope.aclose()  # the ticker, the stop wait, a consumer that still runs
         board.tick(
             config.slot, time.monotonic(), STOPPING, pid, consumer.stats.processed, consumer.stats.by_queue
         )

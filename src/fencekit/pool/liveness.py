@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import signal
 
+from fencekit._aio.scope import TaskScope
 from fencekit._redis.keys import KeySpace
 from fencekit.pool import sdnotify
 from fencekit.pool.board import READY, Board
@@ -37,6 +38,7 @@ class Liveness:
     board: Board | None
     stacks: dict[int, StackFile]
     logger: logging.Logger
+    diagnosing: TaskScope
 
     def _read_board(self) -> None:
         if self.board is None:
@@ -66,6 +68,7 @@ class Liveness:
                 child.consumer_id,
                 self.stacks.get(child.slot),
                 ask,
+                self.diagnosing,
             )
         except Exception as exc:  # a bug in the explanation must not spare the child
             report = f"(could not explain the stall: {type(exc).__name__}: {exc})"

@@ -24,7 +24,9 @@ Either part may not arrive (Redis unreachable, a child stopped or stuck in
 the kernel): each waits at most :data:`READ_WAIT`, both at once, and the
 report says what is missing -- the kill is never delayed by more than about
 half a second. The report is one log record; :func:`stall_threshold` is when
-the admin page starts calling a silent child *stalled*, before the kill.
+the admin page starts calling a silent child *stalled*, before the kill. A
+read given up on is cancelled and left to end by itself, as a task of the
+supervisor's :class:`~fencekit._aio.scope.TaskScope` (whose close awaits it).
 """
 
 from __future__ import annotations
@@ -36,10 +38,11 @@ import os
 import re
 import signal
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from fencekit._aio.scope import TaskScope
 from fencekit._redis.keys import KeySpace
 from fencekit.consume.settle import in_flight
 from fencekit.pool.board import TICK
@@ -165,10 +168,14 @@ async def diagnose(
     consumer_id: str,
     stack: StackFile | None,
     send: Callable[[int], None],
+    scope: TaskScope,
 ) -> str:
-    """The report's lines after the first: the tasks, the stack, the hint (at most ~:data:`READ_WAIT` s)."""
-    reading = _bounded(read_running(redis, keys, queues, consumer_id), READ_WAIT)
-    dumping = _bounded(stack.dump(send), READ_WAIT + 0.1) if stack is not None else _nothing()
+    """The report's lines after the first: the tasks, the stack, the hint (at most ~:data:`READ_WAIT` s).
+
+    The reads are tasks of ``scope`` (the supervisor's).
+    """
+    reading = _bounded(read_running(redis, keys, queues, consumer_id), READ_WAIT, scope)
+    dumping = _bounded(stack.dump(send), READ_WAIT + 0.1, scope) if stack is not None else _nothing()
     (tasks, task_error), (dump, dump_error) = await asyncio.gather(reading, dumping)
     lines = [_tasks_part(tasks, task_error)]
     lines.append(_stack_part(dump, dump_error))
@@ -212,10 +219,13 @@ async def _nothing() -> tuple[None, str]:
     return None, "this child has no stack file"
 
 
-async def _bounded(awaitable: Awaitable[_T], timeout: float) -> tuple[_T | None, str | None]:
+async def _bounded(
+    coro: Coroutine[Any, Any, _T], timeout: float, scope: TaskScope
+) -> tuple[_T | None, str | None]:
     """``(result, None)``, or ``(None, why)`` after an error or ``timeout`` s -- without waiting for the
-    abandoned read to finish cancelling (a client blocked on a stopped Redis may take a while)."""
-    task = asyncio.ensure_future(awaitable)
+    abandoned read to finish cancelling (a client blocked on a stopped Redis may take a while): it
+    stays a task of ``scope``, whose close awaits it."""
+    task = scope.start(coro, name="fencekit-stall-read", awaited=True)
     done, _ = await asyncio.wait({task}, timeout=timeout)
     if not done:
         task.cancel()

@@ -29,6 +29,13 @@ drained (:class:`fencekit.services.drain.BurstWatch`, the ``Server``'s rule) and
 then stops the pool as on SIGTERM; past ``burst_timeout`` with tasks left it
 stops the same way with :attr:`~fencekit.runtime.exits.ExitCode.LEFT`.
 
+Its tasks have owners (:class:`~fencekit._aio.scope.TaskScope`): the
+supervisor's scope holds the services' (their loops), the returns of dead
+children's tasks (awaited by a stop, for :data:`~fencekit.runtime.services.STOP_STEP`,
+then cancelled), the stops and restarts signals ask for (awaited by
+:meth:`Supervisor.wait_control`) and the stall reports' abandoned reads
+(closed at the stop).
+
 This module is the children's lifecycle and the signals; two parts live
 beside it as base classes of :class:`Supervisor`: the children's liveness
 (ready, the hung child's report and kill, systemd's watchdog:
@@ -47,6 +54,7 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from fencekit._aio.loops import Backoff, Loop
+from fencekit._aio.scope import TaskScope
 from fencekit._redis.keys import KeySpace
 from fencekit._redis.url import parse_url
 from fencekit.errors import ConfigError, StoreError
@@ -111,6 +119,10 @@ class Supervisor(Liveness, PoolPlacement):
         self.board: Board | None = None
         self.hangs: HangWatch | None = None
         self.stacks: dict[int, StackFile] = {}  # slot -> the file its children dump their stack into
+        self.scope = TaskScope("pool supervisor", logger=self.logger)
+        self._returning = self.scope.child("returning dead children's tasks")
+        self._control = self.scope.child("stops and restarts asked for by signals")
+        self.diagnosing = self.scope.child("stall reports")
         self.services = Services(
             self,
             settings=settings,
@@ -119,14 +131,13 @@ class Supervisor(Liveness, PoolPlacement):
             registry=self.registry,
             logger=self.logger,
             hooks=app.hooks,
+            scope=self.scope,
         )
         self.keys = self.services.keys
         self.stopping = False
         self.exit_code = ExitCode.OK
         self.ready = asyncio.Event()
         self.stopped = asyncio.Event()
-        self._pending: set[asyncio.Task[Any]] = set()  # returning dead children's tasks
-        self._control: set[asyncio.Task[Any]] = set()  # stops and restarts asked for by signals
         self._signals = 0
         self._hooks_ran = False
         self._retired = QueueDurations()  # durations of children that have exited
@@ -242,10 +253,9 @@ class Supervisor(Liveness, PoolPlacement):
                     child.signal(signal.SIGKILL)
         if waits:
             await asyncio.wait(waits, timeout=10.0)
-        if self._pending:
-            await self.services.bounded(
-                "returning the children's tasks", asyncio.gather(*self._pending, return_exceptions=True)
-            )
+        if self._returning.running:
+            await self.services.bounded("returning the children's tasks", self._returning.wait())
+            await self._returning.aclose()  # those still running after STOP_STEP
         if not first:
             return
         try:
@@ -258,6 +268,7 @@ class Supervisor(Liveness, PoolPlacement):
                 self._detach_client()
                 self._detach_client = None
             await self.services.close()
+            await self.diagnosing.aclose()
             if self.board is not None:
                 self.board.close()
                 self.board = None
@@ -377,16 +388,11 @@ class Supervisor(Liveness, PoolPlacement):
             await self._respawn(child)
 
     def _spawn_task(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
+        self._returning.start(coro, name="fencekit-child-exit")
 
     def _control_task(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._control.add(task)
-        task.add_done_callback(self._control.discard)
+        self._control.start(coro, name="fencekit-control")
 
     async def wait_control(self) -> None:
         """Wait for the stops and restarts that signals started (the command line's last step)."""
-        if self._control:
-            await asyncio.gather(*self._control, return_exceptions=True)
+        await self._control.wait()

@@ -16,6 +16,12 @@ it stops the same way and raises :class:`~fencekit.errors.DrainTimeout`.
 
 Settings are those of :class:`fencekit.settings.ServerOptions`: a keyword
 argument, else ``FENCEKIT_<NAME>``, else the default.
+
+Every task of a run has an owner (:class:`~fencekit._aio.scope.TaskScope`):
+the run's scope holds the services' (their loops) and the serving part's
+(the consumer's task and the stop wait), which holds the consumer's own
+(its jobs, waker and listener). Each is closed in the order above; the run's
+scope last, which ends anything a part left behind.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from typing import TYPE_CHECKING
 from typing_extensions import Unpack
 
 from fencekit._aio.loops import Loop
+from fencekit._aio.scope import TaskScope
 from fencekit._log import default_logger
 from fencekit._redis import scripts
 from fencekit._redis.clients import async_client
@@ -151,6 +158,14 @@ class Server:
         return self._left
 
     async def _serve(self) -> None:
+        scope = TaskScope(f"server {self.consumer_id}", logger=self.logger)
+        try:
+            await self._serve_in(scope)
+        finally:
+            await scope.aclose()  # what a part left behind (each part closed its own)
+
+    async def _serve_in(self, scope: TaskScope) -> None:
+        serving = scope.child("serving")  # the consumer's task and the stop wait
         services = Services(
             self,
             settings=self.settings,
@@ -160,6 +175,7 @@ class Server:
             logger=self.logger,
             redis=self._redis,
             hooks=self.hooks,
+            scope=scope,
         )
         self.services = services
         removers = self._install_signals()
@@ -180,10 +196,11 @@ class Server:
                 lease_ok=services.heartbeat.healthy,
                 resets=lambda: services.heartbeat.resets,
                 hooks=self.hooks,
+                scope=serving,
             )
             await services.beat_once()
             services.start_loops(self._burst_loops(services))
-            consumer_task = asyncio.create_task(self.consumer.run(), name="fencekit-consumer")
+            consumer_task = serving.start(self.consumer.run(), name="fencekit-consumer", awaited=True)
             self.logger.info(
                 "server %s started: queues %s, concurrency %d, %s",
                 self.consumer_id,
@@ -192,15 +209,13 @@ class Server:
                 _describe(),
             )
             self.started.set()
-            stop_wait = asyncio.create_task(self._stop.wait())
+            stop_wait = serving.start(self._stop.wait(), name="fencekit-stop-wait", awaited=True)
             await asyncio.wait({stop_wait, consumer_task}, return_when=asyncio.FIRST_COMPLETED)
             stop_wait.cancel()
             self.logger.info("server %s shutting down", self.consumer_id)
             await self._stop_consumer(consumer_task)
         finally:
-            if consumer_task is not None and not consumer_task.done():
-                consumer_task.cancel()
-                await asyncio.gather(consumer_task, return_exceptions=True)
+            await serving.aclose()  # the consumer's task if it still runs (and its own scope), the stop wait
             try:
                 await run_hooks(self._shutdown, self._client)
             finally:

@@ -15,6 +15,13 @@ stop them in the same order:
 4. :meth:`Services.start_loops` -- the periodic loops (plus the
    placement's own, such as the supervisor's hang watch);
 5. :meth:`Services.close` -- each step bounded, so a stop always ends.
+
+The loops are tasks of the services' own :class:`~fencekit._aio.scope.TaskScope`
+(nested in the placement's when it passes one), which :meth:`Services.close`
+closes: every loop cancelled and awaited, one that swallows its cancellation
+cancelled again, and named if it still runs after :data:`STOP_STEP`. The web
+server owns its task (:class:`~fencekit.web.serve.WebServer`) and stops it
+gracefully.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import redis.asyncio
 
 from fencekit._aio.loops import Loop
+from fencekit._aio.scope import TaskScope
 from fencekit._redis.clients import aclose_client, async_client, check_topology
 from fencekit._redis.keys import KeySpace
 from fencekit._redis.url import RedisTarget
@@ -94,10 +102,12 @@ class Services:
         logger: logging.Logger,
         redis: redis.asyncio.Redis | None = None,
         hooks: FenceKitHooks | None = None,
+        scope: TaskScope | None = None,
     ) -> None:
         """``redis``: the client to use (and close at the end) instead of a new one.
 
-        ``hooks``: the reaper's (:mod:`fencekit.hooks`).
+        ``hooks``: the reaper's (:mod:`fencekit.hooks`). ``scope``: the placement's task
+        scope; the services' own is nested in it.
         """
         self.placement = placement
         self.settings = settings
@@ -146,6 +156,8 @@ class Services:
         if self.ticker is not None:
             self.loops.append(self.ticker.loop())
         self.web: WebServer | None = None
+        self.scope = scope.child("services") if scope is not None else TaskScope("services", logger=logger)
+        self.scope.close_wait = STOP_STEP
         self._tasks: list[asyncio.Task[None]] = []
 
     async def open(self) -> None:
@@ -199,7 +211,7 @@ class Services:
     def start_loops(self, extra: Sequence[Loop] = ()) -> None:
         """Run the heartbeat, reaper, scheduler and history loops (and ``extra``) until :meth:`close`."""
         self.loops.extend(extra)
-        self._tasks = [asyncio.create_task(loop.run(), name=f"fencekit-{loop.name}") for loop in self.loops]
+        self._tasks = [self.scope.start(loop.run(), name=f"fencekit-{loop.name}") for loop in self.loops]
 
     def loops_alive(self) -> bool:
         """True while every started loop runs (a loop that ended is a bug: the watchdog must notice)."""
@@ -216,9 +228,7 @@ class Services:
 
     async def close(self) -> None:
         """Stop the loops and the web server and close Redis, each step within :data:`STOP_STEP`."""
-        for task in self._tasks:
-            task.cancel()
-        await self.bounded("stopping the shared loops", asyncio.gather(*self._tasks, return_exceptions=True))
+        await self.scope.aclose()  # within STOP_STEP; names a loop that does not end
         self._tasks = []
         if self.web is not None:
             await self.bounded("stopping the web server", self.web.stop())
