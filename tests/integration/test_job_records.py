@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 import pytest
 from tests.queue_helpers import eventually, new_server, qkey, running, stats, worker
+from tests.servers import node_of
 
 import fencekit.produce.results
 from fencekit import (
@@ -124,8 +125,9 @@ async def _with_progress(client: Client, jid: str) -> Any:
 async def subscribed(r: Any, queue: str) -> None:
     """Until a connection is subscribed to ``queue``'s done channel: a ``result()`` wait is listening."""
     channel = qkey(queue, "done")
+    node = node_of(r, channel)  # on a Redis Cluster, the node of the channel's slot
     await eventually(
-        lambda: int(r.execute_command("PUBSUB", "SHARDNUMSUB", channel)[1]) >= 1,
+        lambda: int(node.execute_command("PUBSUB", "SHARDNUMSUB", channel)[1]) >= 1,
         what=f"a subscriber on {channel}",
     )
 
