@@ -20,13 +20,17 @@ translated (:func:`~fencekit._redis.run.translate_error`); nothing is re-sent
 otherwise (invariant I4). A :class:`Cmd` names a redis-py method, the same on
 both clients, so replies get redis-py's usual parsing on either side.
 
-A steps generator may also yield requests of its own (a caller's enqueue
-batch, a wait for a result): :func:`drive` and :func:`adrive` take a
-``runner`` for those.
+A steps generator may also yield a :class:`Sleep` (a pause between attempts,
+as a blocking lock acquire makes), which :func:`drive` answers with
+``time.sleep`` and :func:`adrive` with ``asyncio.sleep``, or requests of its
+own (a caller's enqueue batch, a wait for a result): :func:`drive` and
+:func:`adrive` take a ``runner`` for those.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from typing import Any, NamedTuple, TypeAlias, TypeVar, cast
 
@@ -41,6 +45,7 @@ __all__ = [
     "Batch",
     "Cmd",
     "Op",
+    "Sleep",
     "Steps",
     "adrive",
     "aexecute_ops",
@@ -88,8 +93,18 @@ class Batch(NamedTuple):
     wait: Durability | None = None
 
 
+class Sleep(NamedTuple):
+    """A request: pause ``seconds``; answered ``None``.
+
+    :func:`drive` sleeps with ``time.sleep``, :func:`adrive` with ``asyncio.sleep``,
+    so a rule that waits between attempts is written once for both.
+    """
+
+    seconds: float
+
+
 Steps: TypeAlias = Generator[Any, Any, T]
-"""Yields :class:`Batch` (or a request the driver's runner knows), is sent the replies, returns T."""
+"""Yields :class:`Batch` or :class:`Sleep` (or a request its runner knows), is sent the answers, returns T."""
 
 
 def batch_steps(batch: Batch) -> Generator[list[Op], list[Any], list[Any]]:
@@ -235,6 +250,9 @@ def drive(client: redis.Redis, steps: Steps[T], runner: Callable[[Any], Any] | N
                 reply = runner(request)
             elif isinstance(request, Batch):
                 reply = run_batch(client, request)
+            elif isinstance(request, Sleep):
+                time.sleep(request.seconds)
+                reply = None
             else:
                 raise TypeError(f"no runner for {request!r}")
         except BaseException as exc:  # thrown into the steps, whose finally sees it
@@ -258,6 +276,9 @@ async def adrive(
                 reply = await runner(request)
             elif isinstance(request, Batch):
                 reply = await arun_batch(client, request)
+            elif isinstance(request, Sleep):
+                await asyncio.sleep(request.seconds)
+                reply = None
             else:
                 raise TypeError(f"no runner for {request!r}")
         except BaseException as exc:
