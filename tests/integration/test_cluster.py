@@ -20,7 +20,7 @@ import redis
 import redis.asyncio
 from redis.crc import key_slot
 
-from fencekit._redis import run as runner
+from fencekit._redis import steps
 from fencekit._redis.scripts import Call
 from fencekit.errors import FencedOutError, IdempotencyNotOwned, LockNotOwned
 from fencekit.primitives.canonical import idempotency_key
@@ -55,20 +55,20 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, server_binary: str) -> Ite
 
 @pytest.fixture
 def recorded(monkeypatch: pytest.MonkeyPatch) -> list[Call]:
-    """Every script Call the primitives send, in order."""
+    """Every script Call the primitives send, in order (their steps' batches, as the drivers run them)."""
     calls: list[Call] = []
-    real_run, real_arun = runner.run, runner.arun
+    real_run, real_arun = steps.run_batch, steps.arun_batch
 
-    def run(client: Any, call: Call) -> Any:
-        calls.append(call)
-        return real_run(client, call)
+    def run_batch(client: Any, batch: steps.Batch) -> list[Any]:
+        calls.extend(op for op in batch.ops if isinstance(op, Call))
+        return real_run(client, batch)
 
-    async def arun(client: Any, call: Call) -> Any:
-        calls.append(call)
-        return await real_arun(client, call)
+    async def arun_batch(client: Any, batch: steps.Batch) -> list[Any]:
+        calls.extend(op for op in batch.ops if isinstance(op, Call))
+        return await real_arun(client, batch)
 
-    monkeypatch.setattr(runner, "run", run)
-    monkeypatch.setattr(runner, "arun", arun)
+    monkeypatch.setattr(steps, "run_batch", run_batch)
+    monkeypatch.setattr(steps, "arun_batch", arun_batch)
     return calls
 
 

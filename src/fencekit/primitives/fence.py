@@ -19,8 +19,10 @@ Equal tokens pass (one grant may write many times); an older token raises
 expires unless ``fence_ttl`` is given; an expired fence forgets the newest
 token, so choose a ``fence_ttl`` far longer than any pause you defend against.
 
-:class:`AsyncFenceGate` is the asyncio twin; both use :class:`FenceRules`
-for every decision and differ only in how a call is executed.
+:class:`AsyncFenceGate` is the asyncio twin. Each rule (the checks, the
+script call, reading its reply, telling the hooks) is written once, as steps
+(:mod:`fencekit._redis.steps`) of :class:`FenceRules`; :class:`FenceGate`
+runs them with ``drive``, :class:`AsyncFenceGate` with ``adrive``.
 """
 
 from __future__ import annotations
@@ -28,16 +30,18 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from fencekit._redis import run as runner
 from fencekit._redis import scripts
 from fencekit._redis.keys import DEFAULT_PREFIX, KeySpace, validate_name
 from fencekit._redis.run import as_text
 from fencekit._redis.scripts import Call
+from fencekit._redis.steps import Steps, adrive, cmd, drive
 from fencekit.errors import ConfigError, FencedOutError, FenceKitError
 from fencekit.hooks import FenceKitHooks, check_hooks
 from fencekit.primitives._common import (
     AsyncClient,
+    Primitive,
     SyncClient,
+    reply_of,
     require_async_client,
     require_sync_client,
     ttl_ms,
@@ -55,8 +59,20 @@ def _token(token: object) -> FenceToken:
     return token
 
 
+def _as_int(reply: object) -> int:
+    """A fence value (script reply or GET) as an int; 0 when absent."""
+    if reply is None:
+        return 0
+    if isinstance(reply, int) and not isinstance(reply, bool):
+        return reply
+    value = as_text(reply) if isinstance(reply, (bytes, str)) else None
+    if value is None or not value.isdigit():
+        raise FenceKitError(f"unexpected fence value in Redis: {reply!r}")
+    return int(value)
+
+
 class FenceRules:
-    """Keys, checks and script calls of one prefix; no I/O (shared by both gates and jobs)."""
+    """The gates' rules for one prefix, as steps: no I/O (run by both gates; jobs check writes here)."""
 
     __slots__ = ("fence_ttl_ms", "hooks", "keys")
 
@@ -64,15 +80,6 @@ class FenceRules:
         self.keys = KeySpace(prefix)
         self.fence_ttl_ms = 0 if fence_ttl is None else ttl_ms(fence_ttl, "fence_ttl")
         self.hooks = check_hooks(hooks)
-
-    def told(self, token: object, error: BaseException | None, advanced: bool = True) -> None:
-        """Tell the hooks what became of ``token``: refused (``error`` is FencedOutError) or accepted."""
-        if self.hooks is None or not isinstance(token, FenceToken):
-            return
-        if isinstance(error, FencedOutError):
-            self.hooks.fence_rejected(token.resource, token.value)
-        elif error is None and advanced:
-            self.hooks.fence_advanced(token.resource, token.value)
 
     def write(self, token: object, key: object, value: object) -> tuple[FenceToken, str, str, FenceValue]:
         """A fenced write's ``(token, fence key, target key, value)``, checked (also for job writes)."""
@@ -85,40 +92,56 @@ class FenceRules:
             raise ConfigError(f"the target key must not be the fence key itself: {key!r}")
         return token, fence, target, value
 
-    def set_call(self, token: object, key: object, value: object) -> Call:
+    def set_if_fresh(self, token: object, key: object, value: object) -> Steps[None]:
+        """SET ``key`` if ``token`` is not older than the fence, advancing it (``fence_set.lua``)."""
         token, fence, target, value = self.write(token, key, value)
-        return scripts.fence_set(
-            fence=fence,
-            target=target,
-            token=token.value,
-            value=value,
-            fence_ttl_ms=self.fence_ttl_ms,
+        call = scripts.fence_set(
+            fence=fence, target=target, token=token.value, value=value, fence_ttl_ms=self.fence_ttl_ms
         )
+        yield from self._fenced(token, call)
 
-    def check_call(self, token: object) -> Call:
+    def check(self, token: object) -> Steps[int]:
+        """The fence's value if ``token`` would pass (``fence_check.lua``); the fence stays."""
         token = _token(token)
-        return scripts.fence_check(fence=self.keys.fence(token.resource), token=token.value)
+        call = scripts.fence_check(fence=self.keys.fence(token.resource), token=token.value)
+        return _as_int((yield from self._fenced(token, call, advances=False)))
 
-    def advance_call(self, token: object) -> Call:
+    def check_and_advance(self, token: object) -> Steps[None]:
+        """Accept ``token`` and record it as the newest (``fence_advance.lua``)."""
         token = _token(token)
-        return scripts.fence_advance(
+        call = scripts.fence_advance(
             fence=self.keys.fence(token.resource), token=token.value, fence_ttl_ms=self.fence_ttl_ms
         )
+        yield from self._fenced(token, call)
 
-    @staticmethod
-    def as_int(reply: object) -> int:
-        """A fence value (script reply or GET) as an int; 0 when absent."""
-        if reply is None:
-            return 0
-        if isinstance(reply, int) and not isinstance(reply, bool):
-            return reply
-        value = as_text(reply) if isinstance(reply, (bytes, str)) else None
-        if value is None or not value.isdigit():
-            raise FenceKitError(f"unexpected fence value in Redis: {reply!r}")
-        return int(value)
+    def current_max(self, resource: str) -> Steps[int]:
+        """The largest token accepted for ``resource`` (a GET), 0 when none."""
+        return _as_int((yield from reply_of(cmd("get", self.keys.fence(resource)))))
+
+    def _fenced(self, token: FenceToken, call: Call, advances: bool = True) -> Steps[Any]:
+        """``call``'s reply; the hooks told that ``token`` was refused, or accepted when it ``advances``."""
+        try:
+            reply = yield from reply_of(call)
+        except FencedOutError:
+            if self.hooks is not None:
+                self.hooks.fence_rejected(token.resource, token.value)
+            raise
+        if self.hooks is not None and advances:
+            self.hooks.fence_advanced(token.resource, token.value)
+        return reply
 
 
-class FenceGate:
+class _Gate(Primitive[FenceRules]):
+    """What both gates share besides the steps: the client, the rules, the key names."""
+
+    __slots__ = ()
+
+    def fence_key(self, resource: str) -> str:
+        """The key holding ``resource``'s largest accepted token (``P:fence:{resource}``)."""
+        return self._rules.keys.fence(resource)
+
+
+class FenceGate(_Gate):
     """Token-checked writes on ``redis.Redis`` or ``redis.RedisCluster``.
 
     On Cluster the target key of :meth:`set_if_fresh` must share the
@@ -126,7 +149,8 @@ class FenceGate:
     ``"{batch-42}:status"``).
     """
 
-    __slots__ = ("_redis", "_rules")
+    __slots__ = ()
+    _NAME = "FenceGate"
 
     def __init__(
         self,
@@ -140,21 +164,13 @@ class FenceGate:
         self._redis = require_sync_client(redis, "FenceGate")
         self._rules = FenceRules(prefix, fence_ttl, hooks)
 
-    @property
-    def prefix(self) -> str:
-        return self._rules.keys.prefix
-
-    def fence_key(self, resource: str) -> str:
-        """The key holding ``resource``'s largest accepted token (``P:fence:{resource}``)."""
-        return self._rules.keys.fence(resource)
-
     def set_if_fresh(self, token: FenceToken, key: str, value: FenceValue) -> None:
         """SET ``key`` to ``value`` if ``token`` is not older than the fence, atomically.
 
         Advances the fence to ``token``. Raises :class:`FencedOutError` (and
         writes nothing) when a newer token was accepted for the resource.
         """
-        self._send(token, self._rules.set_call(token, key, value))
+        drive(self._redis, self._rules.set_if_fresh(token, key, value))
 
     def check(self, token: FenceToken) -> int:
         """Diagnostic: the fence's current value if ``token`` would pass, else FencedOutError.
@@ -162,35 +178,22 @@ class FenceGate:
         Does not advance the fence; a write after a check races with newer
         holders, so write with :meth:`set_if_fresh` or :meth:`check_and_advance`.
         """
-        return self._rules.as_int(self._send(token, self._rules.check_call(token), advances=False))
+        return drive(self._redis, self._rules.check(token))
 
     def check_and_advance(self, token: FenceToken) -> None:
         """Accept ``token`` and record it as the newest; FencedOutError if it is older."""
-        self._send(token, self._rules.advance_call(token))
+        drive(self._redis, self._rules.check_and_advance(token))
 
     def current_max(self, resource: str) -> int:
         """The largest token accepted for ``resource``, 0 when none."""
-        key = self._rules.keys.fence(resource)
-        with runner.translated():
-            return self._rules.as_int(self._redis.get(key))
-
-    def _send(self, token: object, call: Call, advances: bool = True) -> Any:
-        try:
-            reply = runner.run(self._redis, call)
-        except FencedOutError as exc:
-            self._rules.told(token, exc)
-            raise
-        self._rules.told(token, None, advances)
-        return reply
-
-    def __repr__(self) -> str:
-        return f"FenceGate(prefix={self.prefix!r})"
+        return drive(self._redis, self._rules.current_max(resource))
 
 
-class AsyncFenceGate:
+class AsyncFenceGate(_Gate):
     """The asyncio twin of :class:`FenceGate` (``redis.asyncio`` clients)."""
 
-    __slots__ = ("_redis", "_rules")
+    __slots__ = ()
+    _NAME = "AsyncFenceGate"
 
     def __init__(
         self,
@@ -204,40 +207,18 @@ class AsyncFenceGate:
         self._redis = require_async_client(redis, "AsyncFenceGate")
         self._rules = FenceRules(prefix, fence_ttl, hooks)
 
-    @property
-    def prefix(self) -> str:
-        return self._rules.keys.prefix
-
-    def fence_key(self, resource: str) -> str:
-        """See :meth:`FenceGate.fence_key`."""
-        return self._rules.keys.fence(resource)
-
     async def set_if_fresh(self, token: FenceToken, key: str, value: FenceValue) -> None:
         """See :meth:`FenceGate.set_if_fresh`."""
-        await self._send(token, self._rules.set_call(token, key, value))
+        await adrive(self._redis, self._rules.set_if_fresh(token, key, value))
 
     async def check(self, token: FenceToken) -> int:
         """See :meth:`FenceGate.check`."""
-        return self._rules.as_int(await self._send(token, self._rules.check_call(token), advances=False))
+        return await adrive(self._redis, self._rules.check(token))
 
     async def check_and_advance(self, token: FenceToken) -> None:
         """See :meth:`FenceGate.check_and_advance`."""
-        await self._send(token, self._rules.advance_call(token))
+        await adrive(self._redis, self._rules.check_and_advance(token))
 
     async def current_max(self, resource: str) -> int:
         """See :meth:`FenceGate.current_max`."""
-        key = self._rules.keys.fence(resource)
-        with runner.translated():
-            return self._rules.as_int(await self._redis.get(key))
-
-    async def _send(self, token: object, call: Call, advances: bool = True) -> Any:
-        try:
-            reply = await runner.arun(self._redis, call)
-        except FencedOutError as exc:
-            self._rules.told(token, exc)
-            raise
-        self._rules.told(token, None, advances)
-        return reply
-
-    def __repr__(self) -> str:
-        return f"AsyncFenceGate(prefix={self.prefix!r})"
+        return await adrive(self._redis, self._rules.current_max(resource))

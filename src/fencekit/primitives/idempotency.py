@@ -26,9 +26,11 @@ unit of work, ``P:idem:{key}``, whose value walks::
   On Cluster the lock resource must share the key's hash tag (use the key
   itself as ``lock_resource``).
 
-Keys with ``decode_responses`` True or False behave the same. Both classes
-use :class:`_IdemRules` for every decision and differ only in how a call is
-executed (``runner.run`` or ``await runner.arun``).
+Keys with ``decode_responses`` True or False behave the same. Each rule (the
+checks, the script call or command, reading its reply, telling the hooks) is
+written once, as steps (:mod:`fencekit._redis.steps`) of :class:`_IdemRules`;
+:class:`IdempotencyGuard` runs them with ``drive``,
+:class:`AsyncIdempotencyGuard` with ``adrive``.
 """
 
 from __future__ import annotations
@@ -37,16 +39,17 @@ import enum
 from datetime import timedelta
 from typing import Any, Literal
 
-from fencekit._redis import run as runner
 from fencekit._redis import scripts
 from fencekit._redis.keys import DEFAULT_PREFIX, KeySpace
 from fencekit._redis.run import as_text
-from fencekit._redis.scripts import Call
+from fencekit._redis.steps import Steps, adrive, cmd, drive
 from fencekit.errors import FenceKitError, IdempotencyResultMissing
 from fencekit.hooks import FenceKitHooks, check_hooks
 from fencekit.primitives._common import (
     AsyncClient,
+    Primitive,
     SyncClient,
+    reply_of,
     require_async_client,
     require_sync_client,
     resolve_owner,
@@ -81,7 +84,7 @@ _OUTCOMES = {
 
 
 class _IdemRules:
-    """Keys, checks, script calls and reply reading for one prefix and owner; no I/O."""
+    """The guard's rules for one prefix and owner, as steps: no I/O, run by both drivers."""
 
     __slots__ = ("hooks", "keys", "owner_id")
 
@@ -90,30 +93,26 @@ class _IdemRules:
         self.owner_id: str = resolve_owner(owner_id)
         self.hooks = check_hooks(hooks)
 
-    def begin_call(self, key: str, ttl: object) -> Call:
-        return scripts.idem_begin(
+    def try_begin(self, key: str, ttl: object) -> Steps[bool]:
+        """Begin ``key`` if it is absent (``idem_begin.lua``, a ``SET NX EX``): whether this owner did."""
+        call = scripts.idem_begin(
             key=self.keys.idempotency(key),
             result=self.keys.idempotency_result(key),
             owner=self.owner_id,
             ttl_s=ttl_seconds(ttl),
         )
-
-    def begun(self, key: str, reply: object) -> bool:
+        reply = yield from reply_of(call)
         if reply not in (0, 1):
             raise FenceKitError(f"unexpected reply from idem_begin.lua: {reply!r}")
         if self.hooks is not None:
             self.hooks.idempotency_begin(key, reply == 1)
-        return reply == 1
+        return bool(reply == 1)
 
-    def done(self, key: str, result: object) -> None:
-        """``mark_done`` landed (hooks are told whether a memo was stored)."""
-        if self.hooks is not None:
-            self.hooks.idempotency_done(key, result is not MISSING)
-
-    def done_call(self, key: str, ttl: object, result: object) -> Call:
+    def mark_done(self, key: str, ttl: object, result: object) -> Steps[None]:
+        """Mark ``key`` done for this owner (``idem_done.lua``); ``result`` is its memo unless MISSING."""
         ttl_s = 0 if ttl is None else ttl_seconds(ttl)
         store_memo = result is not MISSING
-        return scripts.idem_done(
+        call = scripts.idem_done(
             key=self.keys.idempotency(key),
             result=self.keys.idempotency_result(key),
             owner=self.owner_id,
@@ -121,9 +120,29 @@ class _IdemRules:
             store=store_memo,
             memo=dumps_json(result) if store_memo else "",
         )
+        yield from reply_of(call)
+        if self.hooks is not None:
+            self.hooks.idempotency_done(key, store_memo)
 
-    def reclaim_call(self, key: str, lock_key: str, ttl: object, reserve: object) -> Call:
-        return scripts.idem_reclaim(
+    def try_begin_or_reclaim(
+        self,
+        key: str,
+        lock: object,
+        lock_class: type[DistributedLock | AsyncDistributedLock],
+        lock_resource: str,
+        ttl: object,
+        reserve: object,
+    ) -> Steps[BeginOutcome]:
+        """Begin, reclaim or find ``key`` busy or done in one script call (``idem_reclaim.lua``).
+
+        ``lock`` must be a ``lock_class`` (the lock of the driver's own kind):
+        its key for ``lock_resource`` is the paired lock the script reserves.
+        """
+        if not isinstance(lock, lock_class):
+            article = "an" if lock_class.__name__[0] in "AEIOU" else "a"
+            raise TypeError(f"lock must be {article} {lock_class.__name__}, got {type(lock).__name__}")
+        lock_key = lock.lock_key(lock_resource)
+        call = scripts.idem_reclaim(
             key=self.keys.idempotency(key),
             result=self.keys.idempotency_result(key),
             lock=lock_key,
@@ -131,8 +150,7 @@ class _IdemRules:
             ttl_s=ttl_seconds(ttl),
             reserve_ms=ttl_ms(reserve, "reserve"),
         )
-
-    def outcome(self, key: str, reply: bytes | str | None) -> BeginOutcome:
+        reply = yield from reply_of(call)
         outcome = _OUTCOMES.get(as_text(reply) or "")
         if outcome is None:
             raise FenceKitError(f"unexpected reply from idem_reclaim.lua: {reply!r}")
@@ -140,16 +158,20 @@ class _IdemRules:
             self.hooks.idempotency_outcome(key, outcome)
         return outcome
 
-    @staticmethod
-    def status(value: bytes | str | None) -> Status | None:
-        """``"done"``, ``"pending"`` (any other value: someone holds the key) or None."""
-        decoded = as_text(value)
+    def status(self, key: str) -> Steps[Status | None]:
+        """``"done"``, ``"pending"`` (any other value: someone holds the key) or None (a GET)."""
+        decoded = as_text((yield from reply_of(cmd("get", self.keys.idempotency(key)))))
         if decoded is None:
             return None
         return "done" if decoded == "done" else "pending"
 
-    @staticmethod
-    def result(key: str, memo: bytes | str | None) -> Any:
+    def clear(self, key: str) -> Steps[None]:
+        """Delete ``key`` and its memo (one DEL: both share the key's hash tag)."""
+        yield from reply_of(cmd("delete", self.keys.idempotency(key), self.keys.idempotency_result(key)))
+
+    def get_result(self, key: str) -> Steps[Any]:
+        """The memo of ``key`` (a GET), decoded; IdempotencyResultMissing when there is none."""
+        memo = yield from reply_of(cmd("get", self.keys.idempotency_result(key)))
         if memo is None:
             raise IdempotencyResultMissing(
                 f"no result stored for {key!r} (absent, pending, done without result, or expired)"
@@ -157,14 +179,28 @@ class _IdemRules:
         return loads_json(memo)
 
 
-class IdempotencyGuard:
+class _Guard(Primitive[_IdemRules]):
+    """What both drivers share besides the steps: the client, the rules, the owner id."""
+
+    __slots__ = ()
+
+    @property
+    def owner_id(self) -> str:
+        return self._rules.owner_id
+
+    def __repr__(self) -> str:
+        return f"{self._NAME}(prefix={self.prefix!r}, owner_id={self.owner_id!r})"
+
+
+class IdempotencyGuard(_Guard):
     """At-most-once start per key on ``redis.Redis`` or ``redis.RedisCluster``.
 
     ``owner_id`` names this guard in Redis (a fresh uuid4 hex by default);
     only the owner that began a key can mark it done.
     """
 
-    __slots__ = ("_redis", "_rules")
+    __slots__ = ()
+    _NAME = "IdempotencyGuard"
 
     def __init__(
         self,
@@ -178,21 +214,13 @@ class IdempotencyGuard:
         self._redis = require_sync_client(redis, "IdempotencyGuard")
         self._rules = _IdemRules(prefix, owner_id, hooks)
 
-    @property
-    def owner_id(self) -> str:
-        return self._rules.owner_id
-
-    @property
-    def prefix(self) -> str:
-        return self._rules.keys.prefix
-
     def try_begin(self, key: str, *, ttl: timedelta) -> bool:
         """True when this caller begins ``key``; False when it is pending or done.
 
         ``ttl`` (at least 1 s) bounds both how long a pending key blocks
         others and how long a done key is remembered.
         """
-        return self._rules.begun(key, runner.run(self._redis, self._rules.begin_call(key, ttl)))
+        return drive(self._redis, self._rules.try_begin(key, ttl))
 
     def mark_done(self, key: str, *, ttl: timedelta | None = None, result: Any = MISSING) -> None:
         """Mark ``key`` done; only the owner that began it may.
@@ -202,19 +230,15 @@ class IdempotencyGuard:
         :meth:`get_result`; omitting it clears any memo. Raises
         :class:`IdempotencyNotOwned` when ``key`` is not pending for this owner.
         """
-        runner.run(self._redis, self._rules.done_call(key, ttl, result))
-        self._rules.done(key, result)
+        drive(self._redis, self._rules.mark_done(key, ttl, result))
 
     def status(self, key: str) -> Status | None:
         """``"pending"``, ``"done"`` or ``None`` (absent or expired)."""
-        with runner.translated():
-            return self._rules.status(self._redis.get(self._rules.keys.idempotency(key)))
+        return drive(self._redis, self._rules.status(key))
 
     def clear(self, key: str) -> None:
         """Forget ``key`` and its memo, so the work may begin again."""
-        keys = (self._rules.keys.idempotency(key), self._rules.keys.idempotency_result(key))
-        with runner.translated():
-            self._redis.delete(*keys)
+        drive(self._redis, self._rules.clear(key))
 
     def try_begin_or_reclaim(
         self,
@@ -233,28 +257,22 @@ class IdempotencyGuard:
         owner for ``reserve``: acquire it next with ``owner_id=self.owner_id``.
         See :class:`~fencekit.BeginOutcome` for the four outcomes.
         """
-        if not isinstance(lock, DistributedLock):
-            raise TypeError(f"lock must be a DistributedLock, got {type(lock).__name__}")
-        call = self._rules.reclaim_call(key, lock.lock_key(lock_resource), ttl, reserve)
-        return self._rules.outcome(key, runner.run(self._redis, call))
+        steps = self._rules.try_begin_or_reclaim(key, lock, DistributedLock, lock_resource, ttl, reserve)
+        return drive(self._redis, steps)
 
     def get_result(self, key: str) -> Any:
         """The memo stored by ``mark_done(key, result=...)``.
 
         Raises :class:`IdempotencyResultMissing` when there is none.
         """
-        with runner.translated():
-            memo = self._redis.get(self._rules.keys.idempotency_result(key))
-        return self._rules.result(key, memo)
-
-    def __repr__(self) -> str:
-        return f"IdempotencyGuard(prefix={self.prefix!r}, owner_id={self.owner_id!r})"
+        return drive(self._redis, self._rules.get_result(key))
 
 
-class AsyncIdempotencyGuard:
+class AsyncIdempotencyGuard(_Guard):
     """The asyncio twin of :class:`IdempotencyGuard` (``redis.asyncio`` clients)."""
 
-    __slots__ = ("_redis", "_rules")
+    __slots__ = ()
+    _NAME = "AsyncIdempotencyGuard"
 
     def __init__(
         self,
@@ -268,33 +286,21 @@ class AsyncIdempotencyGuard:
         self._redis = require_async_client(redis, "AsyncIdempotencyGuard")
         self._rules = _IdemRules(prefix, owner_id, hooks)
 
-    @property
-    def owner_id(self) -> str:
-        return self._rules.owner_id
-
-    @property
-    def prefix(self) -> str:
-        return self._rules.keys.prefix
-
     async def try_begin(self, key: str, *, ttl: timedelta) -> bool:
         """See :meth:`IdempotencyGuard.try_begin`."""
-        return self._rules.begun(key, await runner.arun(self._redis, self._rules.begin_call(key, ttl)))
+        return await adrive(self._redis, self._rules.try_begin(key, ttl))
 
     async def mark_done(self, key: str, *, ttl: timedelta | None = None, result: Any = MISSING) -> None:
         """See :meth:`IdempotencyGuard.mark_done`."""
-        await runner.arun(self._redis, self._rules.done_call(key, ttl, result))
-        self._rules.done(key, result)
+        await adrive(self._redis, self._rules.mark_done(key, ttl, result))
 
     async def status(self, key: str) -> Status | None:
         """See :meth:`IdempotencyGuard.status`."""
-        with runner.translated():
-            return self._rules.status(await self._redis.get(self._rules.keys.idempotency(key)))
+        return await adrive(self._redis, self._rules.status(key))
 
     async def clear(self, key: str) -> None:
         """See :meth:`IdempotencyGuard.clear`."""
-        keys = (self._rules.keys.idempotency(key), self._rules.keys.idempotency_result(key))
-        with runner.translated():
-            await self._redis.delete(*keys)
+        await adrive(self._redis, self._rules.clear(key))
 
     async def try_begin_or_reclaim(
         self,
@@ -306,16 +312,9 @@ class AsyncIdempotencyGuard:
         reserve: timedelta = DEFAULT_RESERVE,
     ) -> BeginOutcome:
         """See :meth:`IdempotencyGuard.try_begin_or_reclaim` (needs an AsyncDistributedLock)."""
-        if not isinstance(lock, AsyncDistributedLock):
-            raise TypeError(f"lock must be an AsyncDistributedLock, got {type(lock).__name__}")
-        call = self._rules.reclaim_call(key, lock.lock_key(lock_resource), ttl, reserve)
-        return self._rules.outcome(key, await runner.arun(self._redis, call))
+        steps = self._rules.try_begin_or_reclaim(key, lock, AsyncDistributedLock, lock_resource, ttl, reserve)
+        return await adrive(self._redis, steps)
 
     async def get_result(self, key: str) -> Any:
         """See :meth:`IdempotencyGuard.get_result`."""
-        with runner.translated():
-            memo = await self._redis.get(self._rules.keys.idempotency_result(key))
-        return self._rules.result(key, memo)
-
-    def __repr__(self) -> str:
-        return f"AsyncIdempotencyGuard(prefix={self.prefix!r}, owner_id={self.owner_id!r})"
+        return await adrive(self._redis, self._rules.get_result(key))

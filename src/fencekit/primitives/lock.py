@@ -26,32 +26,34 @@ share an owner id), and A's late ``extend`` cannot prolong it: both raise
 :class:`~fencekit.LockNotOwned` and change nothing. fencekit does not
 implement Redlock; one Redis primary decides.
 
-The two classes share one implementation of the rules (argument checks, key
-and script-call building, reading the replies): :class:`_Acquisition` and
-the module-level helpers. They differ only in how a call is executed
-(``runner.run`` or ``await runner.arun``) and how they wait between attempts
+Each rule -- acquire (with its retries and blocking wait), extend, release,
+and the release that ends ``hold`` -- is written once, as steps
+(:mod:`fencekit._redis.steps`) of :class:`_LockRules`: argument checks, the
+script call, reading its reply, the hooks. :class:`DistributedLock` runs them
+with ``drive``, :class:`AsyncDistributedLock` with ``adrive``; a blocking
+acquire's pause between attempts is a :class:`~fencekit._redis.steps.Sleep`
 (``time.sleep`` or ``asyncio.sleep``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import timedelta
 
-from fencekit._redis import run as runner
 from fencekit._redis import scripts
 from fencekit._redis.keys import DEFAULT_PREFIX, KeySpace
-from fencekit._redis.scripts import Call
+from fencekit._redis.steps import Sleep, Steps, adrive, drive
 from fencekit.errors import ConfigError, FenceKitError, LockNotAcquired
 from fencekit.hooks import FenceKitHooks, check_hooks
 from fencekit.primitives._common import (
     AsyncClient,
+    Primitive,
     SyncClient,
+    reply_of,
     require_async_client,
     require_sync_client,
     resolve_owner,
@@ -71,17 +73,28 @@ def _check_handle(handle: object) -> LockHandle:
     return handle
 
 
-def _release_failed(body_error: BaseException, release_error: FenceKitError) -> None:
-    """Keep the body's exception; record that the release failed too."""
-    if sys.version_info >= (3, 11):
-        body_error.add_note(f"fencekit: releasing the lock also failed: {release_error!r}")
+def _patience(blocking: object, wait: object, retry_interval: object) -> timedelta | None:
+    """How long a blocking acquire keeps trying (None: one attempt), the arguments checked."""
+    if not isinstance(blocking, bool):
+        raise TypeError(f"blocking must be a bool, got {blocking!r}")
+    if not blocking:
+        if wait is not None:
+            raise ConfigError("wait only applies with blocking=True")
+        return None
+    if wait is None:
+        raise ConfigError("blocking=True needs wait=timedelta(...): how long to keep trying")
+    patience = timedelta_arg(wait, "wait")
+    if patience < timedelta(0):
+        raise ConfigError(f"wait must not be negative, got {patience!r}")
+    ttl_ms(retry_interval, "retry_interval")
+    return patience
 
 
-# -- the shared rules --------------------------------------------------------------
+# -- the rules, as steps -------------------------------------------------------------
 
 
 class _LockRules:
-    """Keys and script calls of one prefix; no I/O."""
+    """The lock's rules for one prefix, as steps: no I/O, run by both drivers."""
 
     __slots__ = ("hooks", "keys")
 
@@ -89,21 +102,72 @@ class _LockRules:
         self.keys = KeySpace(prefix)
         self.hooks = check_hooks(hooks)
 
-    def released(self, handle: LockHandle) -> None:
+    def acquire(
+        self,
+        resource: str,
+        ttl: object,
+        owner_id: object,
+        blocking: object,
+        wait: object,
+        retry_interval: object,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> Steps[LockHandle]:
+        """One ``acquire``: ``lock_acquire.lua`` until it grants, pausing between attempts.
+
+        Without ``blocking`` one attempt; with it, attempts every
+        ``retry_interval`` until ``wait`` (measured on ``clock``) has passed.
+        Raises :class:`LockNotAcquired` (hooks told) when no attempt is left.
+        """
+        lease_ms = ttl_ms(ttl)
+        lease = timedelta_arg(ttl, "ttl")
+        owner = resolve_owner(owner_id)
+        patience = _patience(blocking, wait, retry_interval)
+        interval = timedelta_arg(retry_interval, "retry_interval").total_seconds()
+        call = scripts.lock_acquire(
+            lock=self.keys.lock(resource), seq=self.keys.lock_seq(resource), owner=owner, ttl_ms=lease_ms
+        )
+        deadline = clock() + (patience.total_seconds() if patience else 0.0)
+        while True:
+            reply = yield from reply_of(call)
+            if reply is not None:
+                if isinstance(reply, bool) or not isinstance(reply, int):
+                    raise FenceKitError(f"unexpected reply from lock_acquire.lua: {reply!r}")
+                if self.hooks is not None:
+                    self.hooks.lock_acquired(resource, reply)
+                return LockHandle(resource, owner, FenceToken(reply, resource), lease)
+            remaining = deadline - clock()
+            if patience is None or remaining <= 0:
+                detail = f" within {patience}" if patience is not None else ""
+                if self.hooks is not None:
+                    self.hooks.lock_acquire_failed(resource)
+                raise LockNotAcquired(f"lock on {resource!r} is held by another owner{detail}")
+            yield Sleep(min(interval, remaining))
+
+    def release(self, handle: object) -> Steps[None]:
+        """End the grant's lease (``lock_release.lua``); hooks told once it is gone."""
+        handle = _check_handle(handle)
+        yield from reply_of(
+            scripts.lock_release(
+                lock=self.keys.lock(handle.resource), owner=handle.owner_id, token=handle.token.value
+            )
+        )
         if self.hooks is not None:
             self.hooks.lock_released(handle.resource)
 
-    def lock_key(self, resource: str) -> str:
-        return self.keys.lock(resource)
+    def release_after(self, handle: LockHandle, body_error: BaseException) -> Steps[None]:
+        """``hold``'s release after its body raised ``body_error``, which must reach the caller.
 
-    def release_call(self, handle: object) -> Call:
-        handle = _check_handle(handle)
-        return scripts.lock_release(
-            lock=self.keys.lock(handle.resource), owner=handle.owner_id, token=handle.token.value
-        )
+        A release that fails (the lease was lost) is noted on ``body_error``
+        instead of replacing it.
+        """
+        try:
+            yield from self.release(handle)
+        except FenceKitError as release_error:
+            if sys.version_info >= (3, 11):
+                body_error.add_note(f"fencekit: releasing the lock also failed: {release_error!r}")
 
-    def extend_call(self, handle: object, ttl: object) -> tuple[Call, LockHandle]:
-        """The extend call and the handle it yields when Redis accepts it."""
+    def extend(self, handle: object, ttl: object) -> Steps[LockHandle]:
+        """Set the grant's lease to ``ttl`` from now (``lock_extend.lua``): the handle with the new ttl."""
         handle = _check_handle(handle)
         lease_ms = ttl_ms(ttl)
         call = scripts.lock_extend(
@@ -112,110 +176,33 @@ class _LockRules:
             token=handle.token.value,
             ttl_ms=lease_ms,
         )
-        return call, dataclasses.replace(handle, ttl=timedelta_arg(ttl, "ttl"))
-
-    def acquisition(
-        self,
-        resource: str,
-        *,
-        ttl: object,
-        owner_id: object,
-        blocking: bool,
-        wait: object,
-        retry_interval: object,
-    ) -> _Acquisition:
-        return _Acquisition(
-            self.keys,
-            self.hooks,
-            resource,
-            ttl=ttl,
-            owner_id=owner_id,
-            blocking=blocking,
-            wait=wait,
-            retry_interval=retry_interval,
-        )
-
-
-class _Acquisition:
-    """One ``acquire``: the script call to (re)send and when to stop trying.
-
-    Drivers loop: send :attr:`call`, pass the reply to :meth:`granted`; on
-    ``None`` sleep :meth:`next_delay` seconds (which raises
-    :class:`LockNotAcquired` when there is no time left) and try again.
-    """
-
-    __slots__ = ("_deadline", "_hooks", "_interval", "_wait", "call", "owner_id", "resource", "ttl")
-
-    def __init__(
-        self,
-        keys: KeySpace,
-        hooks: FenceKitHooks | None,
-        resource: str,
-        *,
-        ttl: object,
-        owner_id: object,
-        blocking: bool,
-        wait: object,
-        retry_interval: object,
-    ) -> None:
-        lease_ms = ttl_ms(ttl)
-        self._hooks = hooks
-        self.ttl = timedelta_arg(ttl, "ttl")
-        self.resource = resource
-        self.owner_id = resolve_owner(owner_id)
-        if not isinstance(blocking, bool):
-            raise TypeError(f"blocking must be a bool, got {blocking!r}")
-        self._wait: timedelta | None = None
-        if blocking:
-            if wait is None:
-                raise ConfigError("blocking=True needs wait=timedelta(...): how long to keep trying")
-            self._wait = timedelta_arg(wait, "wait")
-            if self._wait < timedelta(0):
-                raise ConfigError(f"wait must not be negative, got {self._wait!r}")
-            ttl_ms(retry_interval, "retry_interval")
-        elif wait is not None:
-            raise ConfigError("wait only applies with blocking=True")
-        self._interval = timedelta_arg(retry_interval, "retry_interval").total_seconds()
-        self.call = scripts.lock_acquire(
-            lock=keys.lock(resource),
-            seq=keys.lock_seq(resource),
-            owner=self.owner_id,
-            ttl_ms=lease_ms,
-        )
-        self._deadline = time.monotonic() + (self._wait.total_seconds() if self._wait else 0.0)
-
-    def granted(self, reply: object) -> LockHandle | None:
-        """The handle when ``reply`` is a token, ``None`` when the lock is held."""
-        if reply is None:
-            return None
-        if isinstance(reply, bool) or not isinstance(reply, int):
-            raise FenceKitError(f"unexpected reply from lock_acquire.lua: {reply!r}")
-        if self._hooks is not None:
-            self._hooks.lock_acquired(self.resource, reply)
-        return LockHandle(self.resource, self.owner_id, FenceToken(reply, self.resource), self.ttl)
-
-    def next_delay(self) -> float:
-        """Seconds to wait before the next attempt; LockNotAcquired when out of time."""
-        remaining = self._deadline - time.monotonic()
-        if self._wait is None or remaining <= 0:
-            detail = f" within {self._wait}" if self._wait is not None else ""
-            if self._hooks is not None:
-                self._hooks.lock_acquire_failed(self.resource)
-            raise LockNotAcquired(f"lock on {self.resource!r} is held by another owner{detail}")
-        return min(self._interval, remaining)
+        extended = dataclasses.replace(handle, ttl=timedelta_arg(ttl, "ttl"))
+        yield from reply_of(call)
+        return extended
 
 
 # -- the two drivers ---------------------------------------------------------------
 
 
-class DistributedLock:
+class _Lock(Primitive[_LockRules]):
+    """What both drivers share besides the steps: the client, the rules, the key names."""
+
+    __slots__ = ()
+
+    def lock_key(self, resource: str) -> str:
+        """The Redis key that holds ``resource``'s lease (``P:lock:{resource}``)."""
+        return self._rules.keys.lock(resource)
+
+
+class DistributedLock(_Lock):
     """Leases with fencing tokens on ``redis.Redis`` or ``redis.RedisCluster``.
 
     Every key starts with ``{prefix}:``; a resource's keys share one hash tag.
     See the module docstring for what a lease does and does not guarantee.
     """
 
-    __slots__ = ("_redis", "_rules")
+    __slots__ = ()
+    _NAME = "DistributedLock"
 
     def __init__(
         self, redis: SyncClient, *, prefix: str = DEFAULT_PREFIX, hooks: FenceKitHooks | None = None
@@ -223,14 +210,6 @@ class DistributedLock:
         """``hooks``: callbacks told of each grant, refusal and release (:mod:`fencekit.hooks`)."""
         self._redis = require_sync_client(redis, "DistributedLock")
         self._rules = _LockRules(prefix, hooks)
-
-    @property
-    def prefix(self) -> str:
-        return self._rules.keys.prefix
-
-    def lock_key(self, resource: str) -> str:
-        """The Redis key that holds ``resource``'s lease (``P:lock:{resource}``)."""
-        return self._rules.lock_key(resource)
 
     def acquire(
         self,
@@ -248,24 +227,12 @@ class DistributedLock:
         one attempt. ``blocking=True`` retries every ``retry_interval`` for up
         to ``wait``. Raises :class:`LockNotAcquired` when the lock stays held.
         """
-        attempt = self._rules.acquisition(
-            resource,
-            ttl=ttl,
-            owner_id=owner_id,
-            blocking=blocking,
-            wait=wait,
-            retry_interval=retry_interval,
-        )
-        while True:
-            handle = attempt.granted(runner.run(self._redis, attempt.call))
-            if handle is not None:
-                return handle
-            time.sleep(attempt.next_delay())
+        steps = self._rules.acquire(resource, ttl, owner_id, blocking, wait, retry_interval)
+        return drive(self._redis, steps)
 
     def release(self, handle: LockHandle) -> None:
         """End this grant's lease; :class:`LockNotOwned` if it is gone already."""
-        runner.run(self._redis, self._rules.release_call(handle))
-        self._rules.released(handle)
+        drive(self._redis, self._rules.release(handle))
 
     def extend(self, handle: LockHandle, *, ttl: timedelta) -> LockHandle:
         """Set this grant's lease to ``ttl`` from now; the same token, a new ``ttl``.
@@ -273,9 +240,7 @@ class DistributedLock:
         Raises :class:`LockNotOwned` (changing nothing) when the lease expired
         or belongs to another grant; the token cannot be revived.
         """
-        call, extended = self._rules.extend_call(handle, ttl)
-        runner.run(self._redis, call)
-        return extended
+        return drive(self._redis, self._rules.extend(handle, ttl))
 
     @contextlib.contextmanager
     def hold(
@@ -296,31 +261,21 @@ class DistributedLock:
         tells the caller its section was not exclusive to the end.
         """
         handle = self.acquire(
-            resource,
-            ttl=ttl,
-            owner_id=owner_id,
-            blocking=blocking,
-            wait=wait,
-            retry_interval=retry_interval,
+            resource, ttl=ttl, owner_id=owner_id, blocking=blocking, wait=wait, retry_interval=retry_interval
         )
         try:
             yield handle
         except BaseException as body_error:
-            try:
-                self.release(handle)
-            except FenceKitError as release_error:
-                _release_failed(body_error, release_error)
+            drive(self._redis, self._rules.release_after(handle, body_error))
             raise
         self.release(handle)
 
-    def __repr__(self) -> str:
-        return f"DistributedLock(prefix={self.prefix!r})"
 
-
-class AsyncDistributedLock:
+class AsyncDistributedLock(_Lock):
     """The asyncio twin of :class:`DistributedLock` (``redis.asyncio`` clients)."""
 
-    __slots__ = ("_redis", "_rules")
+    __slots__ = ()
+    _NAME = "AsyncDistributedLock"
 
     def __init__(
         self, redis: AsyncClient, *, prefix: str = DEFAULT_PREFIX, hooks: FenceKitHooks | None = None
@@ -328,14 +283,6 @@ class AsyncDistributedLock:
         """``hooks``: callbacks told of each grant, refusal and release (:mod:`fencekit.hooks`)."""
         self._redis = require_async_client(redis, "AsyncDistributedLock")
         self._rules = _LockRules(prefix, hooks)
-
-    @property
-    def prefix(self) -> str:
-        return self._rules.keys.prefix
-
-    def lock_key(self, resource: str) -> str:
-        """The Redis key that holds ``resource``'s lease (``P:lock:{resource}``)."""
-        return self._rules.lock_key(resource)
 
     async def acquire(
         self,
@@ -348,30 +295,16 @@ class AsyncDistributedLock:
         retry_interval: timedelta = DEFAULT_RETRY_INTERVAL,
     ) -> LockHandle:
         """See :meth:`DistributedLock.acquire`."""
-        attempt = self._rules.acquisition(
-            resource,
-            ttl=ttl,
-            owner_id=owner_id,
-            blocking=blocking,
-            wait=wait,
-            retry_interval=retry_interval,
-        )
-        while True:
-            handle = attempt.granted(await runner.arun(self._redis, attempt.call))
-            if handle is not None:
-                return handle
-            await asyncio.sleep(attempt.next_delay())
+        steps = self._rules.acquire(resource, ttl, owner_id, blocking, wait, retry_interval)
+        return await adrive(self._redis, steps)
 
     async def release(self, handle: LockHandle) -> None:
         """See :meth:`DistributedLock.release`."""
-        await runner.arun(self._redis, self._rules.release_call(handle))
-        self._rules.released(handle)
+        await adrive(self._redis, self._rules.release(handle))
 
     async def extend(self, handle: LockHandle, *, ttl: timedelta) -> LockHandle:
         """See :meth:`DistributedLock.extend`."""
-        call, extended = self._rules.extend_call(handle, ttl)
-        await runner.arun(self._redis, call)
-        return extended
+        return await adrive(self._redis, self._rules.extend(handle, ttl))
 
     @contextlib.asynccontextmanager
     async def hold(
@@ -386,22 +319,11 @@ class AsyncDistributedLock:
     ) -> AsyncIterator[LockHandle]:
         """``async with lock.hold(...) as handle:``; see :meth:`DistributedLock.hold`."""
         handle = await self.acquire(
-            resource,
-            ttl=ttl,
-            owner_id=owner_id,
-            blocking=blocking,
-            wait=wait,
-            retry_interval=retry_interval,
+            resource, ttl=ttl, owner_id=owner_id, blocking=blocking, wait=wait, retry_interval=retry_interval
         )
         try:
             yield handle
         except BaseException as body_error:
-            try:
-                await self.release(handle)
-            except FenceKitError as release_error:
-                _release_failed(body_error, release_error)
+            await adrive(self._redis, self._rules.release_after(handle, body_error))
             raise
         await self.release(handle)
-
-    def __repr__(self) -> str:
-        return f"AsyncDistributedLock(prefix={self.prefix!r})"
