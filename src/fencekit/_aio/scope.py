@@ -51,9 +51,11 @@ The rules:
   parent first cancels its own tasks (letting their owners close their
   child scopes), and from its second round on cancels the tasks of every
   child scope too, and waits for them all.
-- The hot path: :meth:`TaskScope.start` costs a set insert and a done
+- The hot path: :meth:`TaskScope.start` costs a dict insert and one done
   callback beside ``loop.create_task`` (a consumer starts one task per job
-  through it).
+  through it). A starter that wants a callback of its own when the task
+  ends passes it as ``then``: it is called from the scope's one callback
+  (a second done callback would cost a second ``call_soon`` per task).
 
 A task never cancels or waits for itself: closing a scope from one of its
 own tasks cancels and waits for the others.
@@ -65,7 +67,7 @@ import asyncio
 import logging
 import types
 import weakref
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 __all__ = ["CLOSE_WAIT", "RECANCEL", "TaskScope"]
@@ -121,12 +123,13 @@ class TaskScope:
         self.parent = parent
         self.close_wait = close_wait
         self.recancel = recancel
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks: dict[asyncio.Task[Any], Callable[[asyncio.Task[Any]], object] | None] = {}
+        """Its tasks not ended yet (until their done callback has run), each with its ``then``."""
         self._children: weakref.WeakSet[TaskScope] | None = None  # made by the first child
         self._closing = 0  # closes under way (a close may be asked for by two owners at once)
         # bound once: add_done_callback then costs no bound-method allocation per task
         self._done_logged = self._forget_or_report
-        self._done_awaited = self._tasks.discard
+        self._done_awaited = self._forget
         if parent is not None:
             if parent._children is None:
                 parent._children = weakref.WeakSet()
@@ -160,24 +163,40 @@ class TaskScope:
         )
 
     def start(
-        self, coro: Coroutine[Any, Any, _T], *, name: str | None = None, awaited: bool = False
+        self,
+        coro: Coroutine[Any, Any, _T],
+        *,
+        name: str | None = None,
+        awaited: bool = False,
+        then: Callable[[asyncio.Task[Any]], object] | None = None,
     ) -> asyncio.Task[_T]:
         """Run ``coro`` as a task of this scope (in a copy of the current context, as ``create_task``).
 
         ``awaited``: the caller awaits the task (or reads its result) and
         reports its failure itself; the scope still cancels and awaits it.
+        ``then``: called with the task when it has ended (after the scope
+        reported a failure), as a done callback would be.
         """
         task = asyncio.get_running_loop().create_task(coro, name=name)
-        self._tasks.add(task)
+        self._tasks[task] = then
         task.add_done_callback(self._done_awaited if awaited else self._done_logged)
         if self._closing:
             task.cancel()
         return task
 
+    def _forget(self, task: asyncio.Task[Any]) -> None:
+        then = self._tasks.pop(task, None)
+        if then is not None:
+            then(task)
+
     def _forget_or_report(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
-        if task.cancelled():
-            return
+        then = self._tasks.pop(task, None)
+        if not task.cancelled() and task.exception() is not None:
+            self._report(task)
+        if then is not None:
+            then(task)
+
+    def _report(self, task: asyncio.Task[Any]) -> None:
         exc = task.exception()
         if exc is not None:
             self.logger.error(

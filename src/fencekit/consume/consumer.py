@@ -300,10 +300,10 @@ class Consumer(Turns, WakeClaims):
     # performing -------------------------------------------------------------
     def _start(self, queue: str, token: int, raw: bytes) -> None:
         # Each task runs in its own copy of the context, so current_job() is per task.
-        task = self._spawn(self._performer.perform(queue, token, raw))
         key = (queue, token)
-        self._running[key] = task
-        task.add_done_callback(functools.partial(self._finished, key))
+        self._running[key] = self._spawn(
+            self._performer.perform(queue, token, raw), then=functools.partial(self._finished, key)
+        )
 
     def _cancel(self, queue: str, jid: str, token: int) -> None:
         """A cancel for delivery ``token`` of ``queue`` arrived: stop its coroutine if it runs here."""
