@@ -308,8 +308,9 @@ def run_failover(
         t_settled = time.monotonic()
         ready_during = probe.statuses_between(t_fault, t_settled)
         wait_until(
-            lambda: sum(1 for t in producer.report.accepted_at.values() if t > t_settled) >= 200,  # type: ignore[union-attr]
-            20,
+            # tuple(): the producer's thread adds to the dict meanwhile
+            lambda: sum(1 for t in tuple(producer.report.accepted_at.values()) if t > t_settled) >= 200,  # type: ignore[union-attr]
+            60,
             what="load on the new master",
         )
         report = producer.stop()
@@ -544,13 +545,13 @@ def test_the_primitives_follow_a_planned_failover_through_fencekit_connect(clust
     )
     writer.start()
     try:
-        wait_until(lambda: len(acked) >= 300, 20, what="keys begun before the fault")
+        wait_until(lambda: len(acked) >= 300, 60, what="keys begun before the fault")
         old = cluster.master_address()
         cluster.failover(wait=False)
         new = cluster.wait_for_new_master(old, timeout=40)
         cluster.wait_demoted(cluster.node_at(old), timeout=40)
         settled = time.monotonic()
-        wait_until(lambda: sum(1 for _, t in acked if t > settled) >= 200, 20, what="keys on the new master")
+        wait_until(lambda: sum(1 for _, t in acked if t > settled) >= 200, 60, what="keys on the new master")
     finally:
         stop.set()
         writer.join(15)

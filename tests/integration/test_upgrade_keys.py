@@ -181,8 +181,9 @@ def test_state_of_061_reads_the_same_with_ours(old_python: str, redis_url: str, 
     # done under 0.6: done with ours, same memo, the TTL carried
     assert guard.status("done-key") == "done"
     assert guard.get_result("done-key") == {"answer": 42, "list": [1, "x"]}
-    assert 590_000 < client.pttl("fencekit:idem:{done-key}") <= 600_000
-    assert 590_000 < client.pttl("fencekit:idem:{done-key}:result") <= 600_000
+    # 0.6's 600 s carried (ours would be 900 s); the lower bound leaves minutes for a loaded machine
+    assert 300_000 < client.pttl("fencekit:idem:{done-key}") <= 600_000
+    assert 300_000 < client.pttl("fencekit:idem:{done-key}:result") <= 600_000
     assert guard.get_result("ends:result") is None
     assert guard.status("ends:result") == "done"
     assert guard.get_result("{braced}:k") == "braced memo"  # already at our name: left in place
