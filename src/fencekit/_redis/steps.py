@@ -194,7 +194,7 @@ def _executor(table: dict[type, Any], client: object, default: Any) -> Any:
     return default
 
 
-def run_batch(client: redis.Redis, batch: Batch) -> list[Any]:
+def run_batch(client: redis.Redis | redis.RedisCluster, batch: Batch) -> list[Any]:
     """The replies of ``batch`` run on a synchronous client (see :func:`batch_steps`)."""
     execute: Execute = _executor(_EXECUTORS, client, execute_ops)
     steps = batch_steps(batch)
@@ -207,7 +207,7 @@ def run_batch(client: redis.Redis, batch: Batch) -> list[Any]:
             return cast("list[Any]", done.value)
 
 
-async def arun_batch(client: redis.asyncio.Redis, batch: Batch) -> list[Any]:
+async def arun_batch(client: redis.asyncio.Redis | redis.asyncio.RedisCluster, batch: Batch) -> list[Any]:
     """The replies of ``batch`` run on an asyncio client (see :func:`batch_steps`)."""
     execute: AsyncExecute = _executor(_ASYNC_EXECUTORS, client, aexecute_ops)
     steps = batch_steps(batch)
@@ -235,7 +235,9 @@ async def apipeline(
     return await arun_batch(client, Batch(calls, slots=True, wait=wait))
 
 
-def drive(client: redis.Redis, steps: Steps[T], runner: Callable[[Any], Any] | None = None) -> T:
+def drive(
+    client: redis.Redis | redis.RedisCluster, steps: Steps[T], runner: Callable[[Any], Any] | None = None
+) -> T:
     """Run ``steps`` on a synchronous client (``runner``, when given, answers every request)."""
     reply: Any = None
     error: BaseException | None = None
@@ -260,7 +262,9 @@ def drive(client: redis.Redis, steps: Steps[T], runner: Callable[[Any], Any] | N
 
 
 async def adrive(
-    client: redis.asyncio.Redis, steps: Steps[T], runner: Callable[[Any], Awaitable[Any]] | None = None
+    client: redis.asyncio.Redis | redis.asyncio.RedisCluster,
+    steps: Steps[T],
+    runner: Callable[[Any], Awaitable[Any]] | None = None,
 ) -> T:
     """Run ``steps`` on an asyncio client (``runner``, when given, answers every request)."""
     reply: Any = None

@@ -21,6 +21,9 @@ counts the writes of its own connection), and the batch's WAIT reply is the
 fewest replicas any of them confirmed; any other keyless op (``time``) rides
 with the ops of the batch's first keyed slot (slot 0 without one).
 
+The rule is the generator; :func:`execute` and :func:`aexecute` only answer
+its requests (through :func:`~fencekit._redis.steps.drive` and ``adrive``).
+
 The plain clients of the nodes belong to the cluster client: on redis-py's
 synchronous cluster each node already has one (``ClusterNode.redis_connection``);
 on asyncio a ``redis.asyncio.Redis`` per node borrows the node's own
@@ -30,10 +33,12 @@ connections (:class:`NodePool`), so closing the cluster client closes them too.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import time
 import weakref
-from collections.abc import Callable, Generator, Sequence
-from typing import Any, NamedTuple, cast
+from collections.abc import Callable, Generator, Iterator, Sequence
+from typing import Any, NamedTuple, TypeAlias, cast
 
 import redis
 import redis.asyncio
@@ -47,14 +52,14 @@ from redis.exceptions import (
     TimeoutError,
 )
 
-from fencekit._redis.cluster.routing import Address, Refresh, redirect_of, route_steps, slot_of
+from fencekit._redis.cluster.routing import REFRESH, Address, Refresh, redirect_of, route_steps, slot_of
 from fencekit._redis.scripts import Call
-from fencekit._redis.steps import Cmd, Op, aexecute_ops, execute_ops, register_executors
+from fencekit._redis.steps import Cmd, Op, adrive, aexecute_ops, drive, execute_ops, register_executors
 from fencekit.errors import ConfigError, StoreError
 
 __all__ = [
     "ASKING",
-    "Loads",
+    "Load",
     "NodePool",
     "Pipes",
     "aexecute",
@@ -72,11 +77,18 @@ Pipes = list[tuple[Address, list[Op]]]
 raw replies (errors in their slots), in order."""
 
 
-class Loads(NamedTuple):
-    """A request of :func:`cluster_steps`: load each script on every primary; answered with the replies."""
+class Load(NamedTuple):
+    """A request of :func:`cluster_steps`: load one script on every primary; answered with the reply.
 
-    sources: list[str]
+    An error reply is thrown into the steps, which keep it in the op's slot.
+    """
 
+    source: str
+
+
+Request: TypeAlias = "Load | Pipes | Refresh | float"
+"""What :func:`cluster_steps` asks its driver for."""
+AnyCluster: TypeAlias = "redis.RedisCluster | redis.asyncio.RedisCluster"  # either driver's client
 
 _LOAD = "load"
 _WAIT = "wait"
@@ -101,12 +113,10 @@ def _where(op: Op) -> int | str | None:
     return slot_of(key if isinstance(key, (bytes, str)) else str(key))
 
 
-def cluster_steps(
-    ops: Sequence[Op], owner: Callable[[int], Address]
-) -> Generator[Loads | Pipes | Refresh | float, Any, list[Any]]:
+def cluster_steps(ops: Sequence[Op], owner: Callable[[int], Address]) -> Generator[Request, Any, list[Any]]:
     """The raw replies of ``ops`` on a cluster, in order (the module docstring gives the rule).
 
-    Yields :class:`Loads`, :data:`Pipes`, :data:`~fencekit._redis.cluster.routing.REFRESH`
+    Yields :class:`Load`, :data:`Pipes`, :data:`~fencekit._redis.cluster.routing.REFRESH`
     (read the slot map again) or a pause in seconds; ``owner`` answers from
     the current slot map.
     """
@@ -124,20 +134,19 @@ def cluster_steps(
         else:
             routed.append(i)
             slots.append(cast("int | None", where))
-    if loads:
-        answer = yield Loads([str(cast(Cmd, ops[i]).args[0]) for i in loads])
-        for i, reply in zip(loads, answer, strict=True):
-            replies[i] = reply
+    for i in loads:
+        try:
+            replies[i] = yield Load(str(cast(Cmd, ops[i]).args[0]))
+        except ResponseError as exc:  # the load's error reply: in its slot
+            replies[i] = exc
     wait: Op | None = ops[waits[0]] if waits else None
     if wait is not None and not routed:  # a WAIT alone: on one node
         routed, slots, wait = waits[:1], [None], None
         waits = waits[1:]
     if routed:
         first = next((slot for slot in slots if slot is not None), 0)
-        routed_ops = [ops[i] for i in routed]
-        results, counts = yield from _routed(
-            routed_ops, [first if s is None else s for s in slots], owner, wait
-        )
+        keyed = [first if s is None else s for s in slots]
+        results, counts = yield from _routed([ops[i] for i in routed], keyed, owner, wait)
         for i, reply in zip(routed, results, strict=True):
             replies[i] = reply
         fewest = _fewest(counts)
@@ -198,27 +207,44 @@ def _fewest(counts: list[Any]) -> Any:
     return min((int(count) for count in counts), default=0)
 
 
-# -- the synchronous driver ------------------------------------------------------
-
-
-def _uncovered(slot: int, exc: BaseException) -> StoreError:
-    return StoreError(f"no Redis Cluster node serves hash slot {slot} (cluster down or being set up?): {exc}")
-
-
-def _cluster_error(exc: RedisClusterException) -> StoreError:
-    return StoreError(f"{type(exc).__name__}: {exc}")
+# -- both drivers, and the synchronous one ---------------------------------------
 
 
 _STALE: weakref.WeakSet[Any] = weakref.WeakSet()
 """Cluster clients whose slot map is read again before their next batch (a node's connection failed)."""
 
 
-def _owner(client: redis.RedisCluster, slot: int) -> Address:
+def _owner(client: AnyCluster, slot: int) -> Address:
+    """The address of the primary serving ``slot`` in ``client``'s slot map (no I/O, either kind)."""
     try:
         node = client.nodes_manager.get_node_from_slot(slot)
     except SlotNotCoveredError as exc:
-        raise _uncovered(slot, exc) from exc
+        reason = f"no Redis Cluster node serves hash slot {slot} (cluster down or being set up?): {exc}"
+        raise StoreError(reason) from exc
     return (node.host, int(node.port))
+
+
+def _batch_steps(client: AnyCluster, ops: list[Op]) -> Generator[Request, Any, list[Any]]:
+    """:func:`cluster_steps` on ``client``, its slot map read again first if its last batch lost a node."""
+    if client in _STALE:
+        _STALE.discard(client)
+        yield REFRESH
+    if not ops:
+        return []
+    return (yield from cluster_steps(ops, functools.partial(_owner, client)))
+
+
+@contextlib.contextmanager
+def _failures(client: AnyCluster) -> Iterator[None]:
+    """``RedisClusterException`` (not a RedisError) translated; a lost node's client re-reads its map next."""
+    try:
+        yield
+    except RedisClusterException as exc:
+        _STALE.add(client)
+        raise StoreError(f"{type(exc).__name__}: {exc}") from exc
+    except (ConnectionError, TimeoutError, OSError):
+        _STALE.add(client)
+        raise
 
 
 def node_client(client: redis.RedisCluster, address: Address) -> redis.Redis:
@@ -232,47 +258,23 @@ def node_client(client: redis.RedisCluster, address: Address) -> redis.Redis:
     return client.get_redis_connection(node)
 
 
-def _load(client: redis.RedisCluster, source: str) -> Any:
-    try:
-        return client.script_load(source)
-    except ResponseError as exc:
-        return exc
+def _answer(client: redis.RedisCluster, request: Request) -> Any:
+    """A request of :func:`cluster_steps` answered on a synchronous cluster client."""
+    if isinstance(request, Load):
+        return client.script_load(request.source)
+    if isinstance(request, list):
+        return [execute_ops(node_client(client, address), part) for address, part in request]
+    if isinstance(request, Refresh):
+        client.nodes_manager.initialize()
+    else:
+        time.sleep(request)
+    return None
 
 
 def execute(client: redis.RedisCluster, ops: list[Op]) -> list[Any]:
     """The raw replies of ``ops`` run on a synchronous cluster client (:func:`cluster_steps`)."""
-    try:
-        if client in _STALE:
-            _STALE.discard(client)
-            client.nodes_manager.initialize()
-        return _execute(client, ops)
-    except RedisClusterException as exc:  # not a RedisError: translated here
-        _STALE.add(client)
-        raise _cluster_error(exc) from exc
-    except (ConnectionError, TimeoutError, OSError):
-        _STALE.add(client)  # a node failed (a failover?): the next batch reads the slot map first
-        raise
-
-
-def _execute(client: redis.RedisCluster, ops: list[Op]) -> list[Any]:
-    if not ops:
-        return []
-    steps = cluster_steps(ops, lambda slot: _owner(client, slot))
-    request = next(steps)
-    while True:
-        answer: Any = None
-        if isinstance(request, Loads):
-            answer = [_load(client, source) for source in request.sources]
-        elif isinstance(request, list):
-            answer = [execute_ops(node_client(client, address), part) for address, part in request]
-        elif isinstance(request, Refresh):
-            client.nodes_manager.initialize()
-        else:
-            time.sleep(request)
-        try:
-            request = steps.send(answer)
-        except StopIteration as done:
-            return cast("list[Any]", done.value)
+    with _failures(client):
+        return drive(client, _batch_steps(client, ops), functools.partial(_answer, client))
 
 
 # -- the asyncio driver ----------------------------------------------------------
@@ -351,14 +353,6 @@ def plain_node_client(
     return entry[1]
 
 
-def _aowner(client: redis.asyncio.RedisCluster, slot: int) -> Address:
-    try:
-        node = client.nodes_manager.get_node_from_slot(slot)
-    except SlotNotCoveredError as exc:
-        raise _uncovered(slot, exc) from exc
-    return (node.host, int(node.port))
-
-
 async def anode_client(client: redis.asyncio.RedisCluster, address: Address) -> redis.asyncio.Redis:
     """The plain client of the node at ``address`` (the slot map read again once if it is unknown)."""
     node = client.get_node(host=address[0], port=address[1])
@@ -370,58 +364,35 @@ async def anode_client(client: redis.asyncio.RedisCluster, address: Address) -> 
     return plain_node_client(client, node)
 
 
-async def _aload(client: redis.asyncio.RedisCluster, source: str) -> Any:
-    try:
-        return await client.script_load(source)
-    except ResponseError as exc:
-        return exc
-
-
 async def _apipe(client: redis.asyncio.RedisCluster, address: Address, ops: list[Op]) -> list[Any]:
     return await aexecute_ops(await anode_client(client, address), ops)
 
 
+async def _aanswer(client: redis.asyncio.RedisCluster, request: Request) -> Any:
+    """A request of :func:`cluster_steps` answered on an asyncio cluster client (all nodes at once)."""
+    if isinstance(request, Load):
+        return await client.script_load(request.source)
+    if isinstance(request, list):
+        results = await asyncio.gather(
+            *(_apipe(client, address, part) for address, part in request), return_exceptions=True
+        )
+        for result in results:  # every node's share has settled: raise the first failure
+            if isinstance(result, BaseException):
+                raise result
+        return results
+    if isinstance(request, Refresh):
+        await client.nodes_manager.initialize()
+    else:
+        await asyncio.sleep(request)
+    return None
+
+
 async def aexecute(client: redis.asyncio.RedisCluster, ops: list[Op]) -> list[Any]:
     """The raw replies of ``ops`` run on an asyncio cluster client (:func:`cluster_steps`)."""
-    try:
-        if client in _STALE:
-            _STALE.discard(client)
-            await client.nodes_manager.initialize()
-        return await _aexecute(client, ops)
-    except RedisClusterException as exc:  # not a RedisError: translated here
-        _STALE.add(client)
-        raise _cluster_error(exc) from exc
-    except (ConnectionError, TimeoutError, OSError):
-        _STALE.add(client)  # a node failed (a failover?): the next batch reads the slot map first
-        raise
-
-
-async def _aexecute(client: redis.asyncio.RedisCluster, ops: list[Op]) -> list[Any]:
-    if not ops:
-        return []
-    await client.initialize()  # at once when it is already
-    steps = cluster_steps(ops, lambda slot: _aowner(client, slot))
-    request = next(steps)
-    while True:
-        answer: Any = None
-        if isinstance(request, Loads):
-            answer = [await _aload(client, source) for source in request.sources]
-        elif isinstance(request, list):
-            results = await asyncio.gather(
-                *(_apipe(client, address, part) for address, part in request), return_exceptions=True
-            )
-            for result in results:  # every node's share has settled: raise the first failure
-                if isinstance(result, BaseException):
-                    raise result
-            answer = results
-        elif isinstance(request, Refresh):
-            await client.nodes_manager.initialize()
-        else:
-            await asyncio.sleep(request)
-        try:
-            request = steps.send(answer)
-        except StopIteration as done:
-            return cast("list[Any]", done.value)
+    with _failures(client):
+        if ops:
+            await client.initialize()  # at once when it is already
+        return await adrive(client, _batch_steps(client, ops), functools.partial(_aanswer, client))
 
 
 register_executors(redis.RedisCluster, execute, redis.asyncio.RedisCluster, aexecute)
