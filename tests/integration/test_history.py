@@ -121,7 +121,8 @@ async def test_each_minute_holds_what_finished_in_it_across_two_minute_boundarie
         assert values[6] >= (ok + bad) * 30_000  # durations' sum, µs
         counts = values[7:]
         assert sum(counts) == ok + bad
-        assert counts[DEFAULT_BUCKETS.index(0.05)] == ok + bad
+        # a 30 ms job is booked at 30 ms or more (a loaded machine may book it later, never sooner)
+        assert sum(counts[: DEFAULT_BUCKETS.index(0.05)]) == 0
     hours = buckets(r, queue, "h")
     assert sum(v[0] for v in hours.values()) == 150
     assert sum(v[1] for v in hours.values()) == 5
@@ -347,9 +348,7 @@ def test_a_pool_books_its_childrens_jobs_with_their_durations_once(
         counts = [sum(values[7:]) for values in buckets(r, "hold").values()]
         assert sum(counts) == 20
         hold_histogram = [sum(c) for c in zip(*(values[7:] for values in buckets(r, "hold").values()))]
-        assert (
-            hold_histogram[DEFAULT_BUCKETS.index(0.025)] + hold_histogram[DEFAULT_BUCKETS.index(0.05)] == 20
-        )
+        assert sum(hold_histogram[: DEFAULT_BUCKETS.index(0.025)]) == 0  # 20 ms jobs: none under 10 ms
         time.sleep(HISTORY_INTERVAL + 1)  # another sample: nothing booked twice
         assert total(r, "work", 0) == 300
         assert timed(r, "work") == 300
