@@ -266,3 +266,73 @@ async def test_a_task_closing_its_own_scope_ends_the_others_and_not_itself() -> 
 
     assert await s.start(stopper(), awaited=True) == "still here"
     assert other.cancelled()
+
+
+async def test_a_task_left_behind_is_named_once_and_not_waited_for_again_by_an_outer_close(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    release = asyncio.Event()
+
+    async def deaf() -> None:
+        while not release.is_set():
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                continue
+
+    parent = scope("server", close_wait=0.3)
+    child = parent.child("consumer")
+    task = child.start(deaf(), name="deaf-job")
+    await asyncio.sleep(0)
+    try:
+        with caplog.at_level(logging.ERROR, LOGGER):
+            assert await child.aclose() is False
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            assert await parent.aclose() is True  # nothing of its own, the child's straggler given up on
+            assert loop.time() - started < 0.2
+        assert len([r for r in caplog.records if "did not end" in r.getMessage()]) == 1
+        assert parent.tasks() == []
+    finally:
+        release.set()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_wait_for_gives_up_at_once_and_leaves_the_cancelled_task_to_the_scope() -> None:
+    s = scope(recancel=1.0)
+    assert await s.wait_for(asyncio.sleep(0, result="quick"), 1.0) == "quick"
+    ended = asyncio.Event()
+
+    async def slow_to_end() -> None:
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            await asyncio.sleep(0.1)  # its cancellation takes a while: wait_for does not wait for it
+            ended.set()
+
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(asyncio.TimeoutError):
+        await s.wait_for(slow_to_end(), 0.05, name="slow")
+    assert loop.time() - started < 0.1
+    assert not ended.is_set()
+    assert [t.get_name() for t in s.tasks()] == ["slow"]
+    assert await s.aclose() is True  # the scope awaits it
+    assert ended.is_set()
+
+    with pytest.raises(KeyError):
+        await s.wait_for(_raises(KeyError("x")), 1.0)
+
+
+async def _raises(exc: BaseException) -> None:
+    raise exc
+
+
+async def test_then_runs_when_the_task_ends_from_the_scopes_one_callback() -> None:
+    s = scope()
+    seen: list[object] = []
+    task = s.start(asyncio.sleep(0, result=3), then=lambda t: seen.append(t.result()))
+    await task
+    await asyncio.sleep(0)
+    assert seen == [3]

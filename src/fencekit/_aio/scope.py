@@ -19,7 +19,8 @@ one: **a cancel that is lost**. Its close does not cancel once and then wait
 without end; it cancels every task still running, waits at most
 ``recancel`` seconds, cancels the ones still running again, and so on; a
 task still running ``close_wait`` seconds after the close began is named in
-one ERROR record (with the line it is stuck at) and left behind, so a close
+one ERROR record (with the line it is stuck at) and left behind -- no later
+close, of its scope or of an enclosing one, waits for it again -- so a close
 always ends. A cancel that reaches :meth:`TaskScope.aclose` itself while it
 closes (the owner's own task cancelled, again) does not cut the close short
 either: the close goes on to its end and the cancellation is raised after.
@@ -97,6 +98,7 @@ class TaskScope:
 
     __slots__ = (
         "__weakref__",
+        "_abandoned",
         "_children",
         "_closing",
         "_done_awaited",
@@ -126,6 +128,7 @@ class TaskScope:
         self._tasks: dict[asyncio.Task[Any], Callable[[asyncio.Task[Any]], object] | None] = {}
         """Its tasks not ended yet (until their done callback has run), each with its ``then``."""
         self._children: weakref.WeakSet[TaskScope] | None = None  # made by the first child
+        self._abandoned: set[asyncio.Task[Any]] | None = None  # left behind by a close, not awaited again
         self._closing = 0  # closes under way (a close may be asked for by two owners at once)
         # bound once: add_done_callback then costs no bound-method allocation per task
         self._done_logged = self._forget_or_report
@@ -151,6 +154,10 @@ class TaskScope:
     @property
     def closing(self) -> bool:
         return self._closing > 0
+
+    def tasks(self, *, nested: bool = True) -> list[asyncio.Task[Any]]:
+        """Its tasks that have not ended (with ``nested``, its child scopes' too), for diagnostics."""
+        return [task for _, task in self._live(nested=nested)]
 
     def child(self, name: str, *, logger: logging.Logger | None = None) -> TaskScope:
         """A scope nested in this one (its own owner closes it; a close of this one reaches it too)."""
@@ -186,11 +193,15 @@ class TaskScope:
 
     def _forget(self, task: asyncio.Task[Any]) -> None:
         then = self._tasks.pop(task, None)
+        if self._abandoned is not None:
+            self._abandoned.discard(task)
         if then is not None:
             then(task)
 
     def _forget_or_report(self, task: asyncio.Task[Any]) -> None:
         then = self._tasks.pop(task, None)
+        if self._abandoned is not None:
+            self._abandoned.discard(task)
         if not task.cancelled() and task.exception() is not None:
             self._report(task)
         if then is not None:
@@ -213,7 +224,10 @@ class TaskScope:
     def _live(self, *, nested: bool) -> list[tuple[TaskScope, asyncio.Task[Any]]]:
         """The tasks not ended yet (with their scope): this scope's, and with ``nested`` its children's."""
         me = asyncio.current_task()
-        found = [(self, task) for task in self._tasks if not task.done() and task is not me]
+        gone = self._abandoned or ()
+        found = [
+            (self, task) for task in self._tasks if not task.done() and task is not me and task not in gone
+        ]
         if nested and self._children is not None:
             for child in list(self._children):
                 found.extend(child._live(nested=True))
@@ -265,6 +279,28 @@ class TaskScope:
             if cancelled is not None:
                 raise cancelled
 
+    async def wait_for(self, coro: Coroutine[Any, Any, _T], timeout: float, *, name: str | None = None) -> _T:
+        """``coro``'s result, run as a task of this scope and waited for at most ``timeout`` seconds.
+
+        Past ``timeout`` the task is cancelled and :class:`asyncio.TimeoutError`
+        raised at once: unlike ``asyncio.wait_for`` this does not wait for the
+        cancelled task to end (a call blocked on a server that stopped may take
+        long to), and it cannot lose the caller's own cancellation; the task
+        stays in the scope, whose close awaits it. A cancelled caller cancels
+        the task too.
+        """
+        task = self.start(coro, name=name, awaited=True)
+        try:
+            done, _ = await asyncio.wait({task}, timeout=max(0.0, timeout))
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        if not done:
+            task.cancel()
+            task.add_done_callback(_retrieved)  # its end is nobody's business now
+            raise asyncio.TimeoutError(f"{describe(task)}: no result within {timeout:g}s")
+        return task.result()
+
     async def wait(self, timeout: float | None = None) -> bool:
         """Wait until every task of the scope has ended, without cancelling any (those started
         meanwhile included); False if some still run after ``timeout`` seconds."""
@@ -282,6 +318,10 @@ class TaskScope:
     def _left_behind(
         self, live: list[tuple[TaskScope, asyncio.Task[Any]]], asks: dict[asyncio.Task[Any], int]
     ) -> None:
+        for scope, task in live:  # named once: no close (of this scope or an outer one) waits for it again
+            if scope._abandoned is None:
+                scope._abandoned = set()
+            scope._abandoned.add(task)
         lines = [
             f"  {describe(task)} of {scope.path}: cancelled {asks.get(task, 0)} time(s), "
             f"still running at {where(task)}"
@@ -307,6 +347,11 @@ class TaskScope:
     ) -> None:
         """Leaving the block closes the scope (cancels its tasks: they are the block's helpers)."""
         await self.aclose()
+
+
+def _retrieved(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 def describe(task: asyncio.Task[Any]) -> str:
