@@ -73,6 +73,12 @@ from fencekit.produce.client import Client
 __all__ = ["Consumer", "ConsumerStats"]
 
 LEASE_RECHECK = 0.1
+RETURN_WAIT = 2.0
+"""Seconds a stopping consumer gives Redis, once its grace is over, to take back what it holds
+(the outcomes not sent yet, its unfinished tasks). A Redis that has not answered by then is
+treated as down: the loop is cancelled wherever it waits, and what it holds stays in flight
+for a reaper (the pool's supervisor reaps a child at once; peers reap a ``Server`` after its
+heartbeat TTL). A stop therefore ends within ``grace`` + this, whatever Redis does."""
 NODE_LOST_PAUSE = 0.05
 """After a turn that met a failed cluster node: the next turn waits this long unless a task ends first."""
 
@@ -137,6 +143,7 @@ class Consumer(Turns, WakeClaims):
         name = f"consumer {consumer_id}"
         self.scope = scope.child(name) if scope is not None else TaskScope(name, logger=logger)
         """Its tasks' owner (nested in ``scope``, the host's, when given)."""
+        self.scope.close_wait = RETURN_WAIT  # a job that ignores its cancellation is left behind sooner
         self._spawn = self.scope.start
         self._waker = Waker(
             target,
@@ -162,6 +169,10 @@ class Consumer(Turns, WakeClaims):
         )
         self._stopping = False
         self._stopped = asyncio.Event()
+        self._turns: asyncio.Task[None] | None = None  # the loop, a task of the scope while run() runs
+        self._deadline: float | None = None  # loop time by which a stop gives up on Redis
+        self._cut_off = False  # the deadline passed: Redis did not answer a stopping consumer
+        self._cutter: asyncio.TimerHandle | None = None
         self._reconcile = False
         self._reconcile_queues: set[str] = set()  # a cluster node's queues whose claim reply was lost
         self._node_lost = False  # the last turn met a failed cluster node (queue.turns)
@@ -204,28 +215,46 @@ class Consumer(Turns, WakeClaims):
             raise ConfigError("consumer has no queues: register at least one worker")
         waker = self._spawn(self._waker.run(), name=f"fencekit-wake-{self.consumer_id}")
         cancels = self._spawn(self._cancels.run(), name=f"fencekit-cancels-{self.consumer_id}")
+        self._turns = turns = self._spawn(
+            self._loop(), name=f"fencekit-turns-{self.consumer_id}", awaited=True
+        )
         try:
-            await self._loop()
+            try:
+                await turns
+            except asyncio.CancelledError:
+                if not (self._cut_off and turns.cancelled()):
+                    raise  # the consumer's own task is cancelled (not the deadline's cut)
         finally:
+            deadline = self._give_up_at()
             self._cancels.stop()
             cancels.cancel()
-            await self._waker.stop(waker, self._unblock)
+            try:
+                await self.scope.wait_for(
+                    self._waker.stop(waker, self._unblock), deadline - _now(), name="fencekit-wake-stop"
+                )
+            except asyncio.TimeoutError:
+                pass  # its claims' replies did not come: the reconcile of a later run, or a reaper
             await self.scope.aclose()  # the waker, the listener, the deadline watch, any job left
             await self._cancels.aclose()
             self._performer.close()
             try:
-                await self._return_inflight()  # StoreError: they stay in flight for the reaper
+                await self._return_inflight(deadline)  # StoreError: they stay in flight for the reaper
             finally:
                 await self._waker.aclose()
                 if self._link is not None:
                     await self._link.aclose()
+                await self.scope.aclose()  # a step given up on at the deadline
+                if self._cutter is not None:
+                    self._cutter.cancel()
                 self._stopped.set()
 
     async def stop(self, grace: float = 0.0) -> None:
         """Stop claiming; let running tasks finish within ``grace`` s; cancel the rest.
 
         Cancelled tasks and anything else still in flight go back to their
-        queues (same attempt) when :meth:`run` returns.
+        queues (same attempt) when :meth:`run` returns, if Redis takes them
+        within :data:`RETURN_WAIT` s; otherwise they stay in flight for a
+        reaper and the stop ends anyway.
         """
         self._stopping = True
         self._event.set()
@@ -234,7 +263,37 @@ class Consumer(Turns, WakeClaims):
             await asyncio.wait(tasks, timeout=grace)
         for task in list(self._running.values()):
             task.cancel()
+        self._give_up_at()
         await self._stopped.wait()
+
+    def _give_up_at(self) -> float:
+        """The loop time by which a stop gives up on Redis (set at the first call: now + RETURN_WAIT);
+        at that time a loop still running is cut (:meth:`_cut`)."""
+        if self._deadline is None:
+            loop = asyncio.get_running_loop()
+            self._deadline = loop.time() + RETURN_WAIT
+            self._cutter = loop.call_at(self._deadline, self._cut)
+        return self._deadline
+
+    def _cut(self) -> None:
+        """The deadline passed with the loop still running: it waits on a Redis that does not answer
+        (or on a task that ignores its cancellation). Cancel it wherever it waits."""
+        turns = self._turns
+        if turns is not None and not turns.done():
+            self._cut_off = True
+            why = (
+                f"{len(self._running)} task(s) still run after their cancellation"
+                if self._running
+                else "Redis does not answer"
+            )
+            self.logger.warning(
+                "consumer %s: not stopped %.1fs after its grace (%s): stopping without returning "
+                "what it holds (a reaper returns its tasks)",
+                self.consumer_id,
+                RETURN_WAIT,
+                why,
+            )
+            turns.cancel()
 
     # the loop ---------------------------------------------------------------
     async def _loop(self) -> None:
@@ -263,6 +322,10 @@ class Consumer(Turns, WakeClaims):
                 if self._observer is not None:
                     self._observer.claimed_ns = time.time_ns()
                 replies = await link.pipeline(turn.calls)
+            except asyncio.CancelledError:  # a stop's deadline (or the owner): keep the outcomes
+                self.outbox.restore(turn)
+                self._reconcile = self._reconcile or turn.claims
+                raise
             except StoreError as exc:
                 self.outbox.restore(turn)
                 self._reconcile = self._reconcile or turn.claims
@@ -380,32 +443,45 @@ class Consumer(Turns, WakeClaims):
         entries = await link.execute("HGETALL", inflight)
         return settle.returns(self.keys, queue, inflight, entries, retention=self.retention, skip=skip)
 
-    async def _return_inflight(self) -> None:
-        """On stop: return every task still in this consumer's in-flight hashes."""
+    async def _return_inflight(self, deadline: float) -> None:
+        """On stop: return every task still in this consumer's in-flight hashes, by ``deadline``."""
         try:
-            link = await self._connected()
-            if self.outbox:
-                turn = self.outbox.take(None, 0)
-                self._absorb(turn, await link.pipeline(turn.calls))
-            returned = 0
-            unreachable: list[str] = []  # a cluster's queues whose node is down: the others are returned
-            for queue in self.queues:
-                try:
-                    calls = await self._unfinished_calls(link, queue)
-                    results = await link.pipeline(calls) if calls else []
-                except NodeLost as exc:
-                    unreachable.append(f"queue {queue}: {exc}")
-                    continue
-                returned += sum(1 for r in results if not isinstance(r, BaseException))
-                unreachable += [f"queue {queue}: {r}" for r in results if isinstance(r, NodeLost)][:1]
-            self.stats.returned += returned
-            if returned:
-                self.logger.info("returned %d unfinished task(s) to their queues", returned)
-            if unreachable:
-                raise StoreError("; ".join(unreachable))
+            if self._cut_off:
+                raise StoreError(f"Redis did not answer within {RETURN_WAIT:g}s of the stop")
+            try:
+                await self.scope.wait_for(self._return_all(), deadline - _now(), name="fencekit-return")
+            except asyncio.TimeoutError:
+                raise StoreError(f"Redis did not answer within {RETURN_WAIT:g}s of the stop") from None
         except StoreError as exc:
             self.logger.error(
                 "could not return unfinished tasks (they stay in flight until the reaper returns them): %s",
                 exc,
             )
             raise
+
+    async def _return_all(self) -> None:
+        """Send the outcomes not sent yet, then return every task in this consumer's in-flight hashes."""
+        link = await self._connected()
+        if self.outbox:
+            turn = self.outbox.take(None, 0)
+            self._absorb(turn, await link.pipeline(turn.calls))
+        returned = 0
+        unreachable: list[str] = []  # a cluster's queues whose node is down: the others are returned
+        for queue in self.queues:
+            try:
+                calls = await self._unfinished_calls(link, queue)
+                results = await link.pipeline(calls) if calls else []
+            except NodeLost as exc:
+                unreachable.append(f"queue {queue}: {exc}")
+                continue
+            returned += sum(1 for r in results if not isinstance(r, BaseException))
+            unreachable += [f"queue {queue}: {r}" for r in results if isinstance(r, NodeLost)][:1]
+        self.stats.returned += returned
+        if returned:
+            self.logger.info("returned %d unfinished task(s) to their queues", returned)
+        if unreachable:
+            raise StoreError("; ".join(unreachable))
+
+
+def _now() -> float:
+    return asyncio.get_running_loop().time()

@@ -78,7 +78,7 @@ from fencekit.produce.client import Client
 from fencekit.runtime.app import App
 from fencekit.runtime.exits import ExitCode
 from fencekit.runtime.hooks import run_hooks
-from fencekit.runtime.services import STOP_STEP, Services
+from fencekit.runtime.services import GRACE_MARGIN, STOP_STEP, Services
 from fencekit.services.drain import BurstWatch, Observation
 from fencekit.settings import PoolSettings
 
@@ -246,7 +246,7 @@ class Supervisor(Liveness, PoolPlacement):
             child.signal(signal.SIGKILL if fast else signal.SIGTERM)
         waits = [c.exited for c in alive if c.exited is not None]
         if waits and not fast:
-            await asyncio.wait(waits, timeout=self.settings["grace"] + 5.0)
+            await asyncio.wait(waits, timeout=self.settings["grace"] + GRACE_MARGIN)
             for child in self.children:
                 if child.alive:
                     self.logger.error("child %d did not stop within the grace period: killing it", child.slot)

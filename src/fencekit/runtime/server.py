@@ -43,7 +43,7 @@ from fencekit._redis import scripts
 from fencekit._redis.clients import async_client
 from fencekit._redis.run import arun
 from fencekit._redis.url import parse_url
-from fencekit.consume.consumer import Consumer
+from fencekit.consume.consumer import RETURN_WAIT, Consumer
 from fencekit.errors import ConfigError, DrainTimeout, StoreError
 from fencekit.hooks import FenceKitHooks, check_hooks
 from fencekit.jobs.functions import attach_client
@@ -98,6 +98,8 @@ class Server:
         self.keys = self._client.keys
         self.durable = self._client.durable
         self.services: Services | None = None
+        self.scope: TaskScope | None = None
+        """The task scope of the current run (every task it started is in it or nested in it)."""
         self._left: Observation | None = None  # what a burst run left at its timeout
 
     # configuration -----------------------------------------------------------
@@ -158,7 +160,7 @@ class Server:
         return self._left
 
     async def _serve(self) -> None:
-        scope = TaskScope(f"server {self.consumer_id}", logger=self.logger)
+        self.scope = scope = TaskScope(f"server {self.consumer_id}", logger=self.logger)
         try:
             await self._serve_in(scope)
         finally:
@@ -259,7 +261,13 @@ class Server:
             consumers=self.keys.consumers, beats=self.keys.beats, consumer_id=self.consumer_id, ttl_ms=0
         )
         try:
-            await arun(self.services.redis, forget)
+            await self.services.scope.wait_for(
+                arun(self.services.redis, forget), RETURN_WAIT, name="fencekit-deregister"
+            )
+        except asyncio.TimeoutError:
+            self.logger.warning(
+                "could not deregister %s: Redis did not answer within %gs", self.consumer_id, RETURN_WAIT
+            )
         except StoreError as exc:
             self.logger.warning("could not deregister %s: %s", self.consumer_id, exc)
 
