@@ -15,13 +15,15 @@ connection (:mod:`fencekit.consume.waker`), so it starts a task within about a
 millisecond of its enqueue.
 
 This module is the loop and the consumer's lifetime (start, stop, running
-tasks, returning what it holds). Every task of the consumer -- one per job,
-the waker, the cancel listener, the deadline watch -- is a task of its
+tasks). Every task of the consumer -- one per job, its turn loop, the waker,
+the cancel listener, the deadline watch -- is a task of its
 :class:`~fencekit._aio.scope.TaskScope` (nested in its host's), closed when
-:meth:`Consumer.run` ends; two parts live beside it as base classes of
+:meth:`Consumer.run` ends; three parts live beside it as base classes of
 :class:`Consumer`: building a turn and absorbing its replies
-(:mod:`fencekit.consume.turns`), and the idle side of the waker -- the claims
-written behind its ``BLPOP``, rate-limit pauses (:mod:`fencekit.consume.wake_claims`).
+(:mod:`fencekit.consume.turns`), the idle side of the waker -- the claims
+written behind its ``BLPOP``, rate-limit pauses (:mod:`fencekit.consume.wake_claims`)
+-- and giving back what it holds, at a stop within
+:data:`~fencekit.consume.returns.RETURN_WAIT` of the grace (:mod:`fencekit.consume.returns`).
 
 Failures: a turn that fails keeps its outcomes for the next turn (an ack that
 did land is refused the second time and counted as ``fenced_out``, never as
@@ -40,7 +42,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import redis.asyncio
@@ -51,14 +53,14 @@ from fencekit._redis import scripts
 from fencekit._redis.clients import watch_of
 from fencekit._redis.keys import KeySpace
 from fencekit._redis.link import Link, open_link, wait_replicas
-from fencekit._redis.run import Durability, NodeLost
+from fencekit._redis.run import Durability
 from fencekit._redis.url import RedisTarget
-from fencekit.consume import settle
 from fencekit.consume.cancels import CancelListener
 from fencekit.consume.observe import Observer
-from fencekit.consume.outbox import Outbox, Turn
+from fencekit.consume.outbox import Outbox
 from fencekit.consume.perform import ConsumerStats, Performer
 from fencekit.consume.refusals import Refusals
+from fencekit.consume.returns import RETURN_WAIT, Returns
 from fencekit.consume.settle import Retention
 from fencekit.consume.threads import DEFAULT_SYNC_CONCURRENCY
 from fencekit.consume.turns import Turns
@@ -73,17 +75,11 @@ from fencekit.produce.client import Client
 __all__ = ["Consumer", "ConsumerStats"]
 
 LEASE_RECHECK = 0.1
-RETURN_WAIT = 2.0
-"""Seconds a stopping consumer gives Redis, once its grace is over, to take back what it holds
-(the outcomes not sent yet, its unfinished tasks). A Redis that has not answered by then is
-treated as down: the loop is cancelled wherever it waits, and what it holds stays in flight
-for a reaper (the pool's supervisor reaps a child at once; peers reap a ``Server`` after its
-heartbeat TTL). A stop therefore ends within ``grace`` + this, whatever Redis does."""
 NODE_LOST_PAUSE = 0.05
 """After a turn that met a failed cluster node: the next turn waits this long unless a task ends first."""
 
 
-class Consumer(Turns, WakeClaims):
+class Consumer(Turns, WakeClaims, Returns):
     """Claims and performs tasks of ``queues`` for one consumer incarnation.
 
     ``settings`` are the resolved settings of its ``Server`` or pool
@@ -229,8 +225,9 @@ class Consumer(Turns, WakeClaims):
             self._cancels.stop()
             cancels.cancel()
             try:
+                left = deadline - asyncio.get_running_loop().time()
                 await self.scope.wait_for(
-                    self._waker.stop(waker, self._unblock), deadline - _now(), name="fencekit-wake-stop"
+                    self._waker.stop(waker, self._unblock), left, name="fencekit-wake-stop"
                 )
             except asyncio.TimeoutError:
                 pass  # its claims' replies did not come: the reconcile of a later run, or a reaper
@@ -265,35 +262,6 @@ class Consumer(Turns, WakeClaims):
             task.cancel()
         self._give_up_at()
         await self._stopped.wait()
-
-    def _give_up_at(self) -> float:
-        """The loop time by which a stop gives up on Redis (set at the first call: now + RETURN_WAIT);
-        at that time a loop still running is cut (:meth:`_cut`)."""
-        if self._deadline is None:
-            loop = asyncio.get_running_loop()
-            self._deadline = loop.time() + RETURN_WAIT
-            self._cutter = loop.call_at(self._deadline, self._cut)
-        return self._deadline
-
-    def _cut(self) -> None:
-        """The deadline passed with the loop still running: it waits on a Redis that does not answer
-        (or on a task that ignores its cancellation). Cancel it wherever it waits."""
-        turns = self._turns
-        if turns is not None and not turns.done():
-            self._cut_off = True
-            why = (
-                f"{len(self._running)} task(s) still run after their cancellation"
-                if self._running
-                else "Redis does not answer"
-            )
-            self.logger.warning(
-                "consumer %s: not stopped %.1fs after its grace (%s): stopping without returning "
-                "what it holds (a reaper returns its tasks)",
-                self.consumer_id,
-                RETURN_WAIT,
-                why,
-            )
-            turns.cancel()
 
     # the loop ---------------------------------------------------------------
     async def _loop(self) -> None:
@@ -403,85 +371,3 @@ class Consumer(Turns, WakeClaims):
             await asyncio.wait_for(self._event.wait(), delay)
         except asyncio.TimeoutError:
             pass
-
-    async def _do_reconcile(self, link: Link, turn: Turn) -> None:
-        """Return in-flight tasks this consumer does not know it runs (lost claim replies).
-
-        Known are the tasks running, and those whose outcome waits to be
-        sent: in this turn or a later one. Every queue after a lost
-        connection; on a cluster, after one node failed, that node's queues
-        (a queue whose node still fails waits for the next turn).
-        """
-        queues = self.queues if self._reconcile else [q for q in self.queues if q in self._reconcile_queues]
-        left: set[str] = set()
-        for queue in queues:
-            known = {t for (q, t) in self._running if q == queue}
-            known |= self.outbox.waiting(queue) | turn.tokens(queue)
-            try:
-                calls = await self._unfinished_calls(link, queue, skip=known)
-                replies = await link.pipeline(calls) if calls else []
-            except NodeLost:
-                left.add(queue)
-                continue
-            if any(isinstance(reply, NodeLost) for reply in replies):
-                left.add(queue)
-            returned = sum(1 for reply in replies if not isinstance(reply, BaseException))
-            if returned:
-                self.logger.warning("returned %d task(s) of a lost claim reply to queue %s", returned, queue)
-        self._reconcile = False
-        self._reconcile_queues = left
-
-    async def _unfinished_calls(
-        self, link: Link, queue: str, skip: Collection[int] = ()
-    ) -> list[scripts.Call]:
-        """Calls that take every entry of this consumer's in-flight hash of ``queue`` back (but ``skip``).
-
-        A field that is not a delivery token (written by someone else) is
-        taken out as a dead letter instead of being trusted.
-        """
-        inflight = self._inflight[queue]
-        entries = await link.execute("HGETALL", inflight)
-        return settle.returns(self.keys, queue, inflight, entries, retention=self.retention, skip=skip)
-
-    async def _return_inflight(self, deadline: float) -> None:
-        """On stop: return every task still in this consumer's in-flight hashes, by ``deadline``."""
-        try:
-            if self._cut_off:
-                raise StoreError(f"Redis did not answer within {RETURN_WAIT:g}s of the stop")
-            try:
-                await self.scope.wait_for(self._return_all(), deadline - _now(), name="fencekit-return")
-            except asyncio.TimeoutError:
-                raise StoreError(f"Redis did not answer within {RETURN_WAIT:g}s of the stop") from None
-        except StoreError as exc:
-            self.logger.error(
-                "could not return unfinished tasks (they stay in flight until the reaper returns them): %s",
-                exc,
-            )
-            raise
-
-    async def _return_all(self) -> None:
-        """Send the outcomes not sent yet, then return every task in this consumer's in-flight hashes."""
-        link = await self._connected()
-        if self.outbox:
-            turn = self.outbox.take(None, 0)
-            self._absorb(turn, await link.pipeline(turn.calls))
-        returned = 0
-        unreachable: list[str] = []  # a cluster's queues whose node is down: the others are returned
-        for queue in self.queues:
-            try:
-                calls = await self._unfinished_calls(link, queue)
-                results = await link.pipeline(calls) if calls else []
-            except NodeLost as exc:
-                unreachable.append(f"queue {queue}: {exc}")
-                continue
-            returned += sum(1 for r in results if not isinstance(r, BaseException))
-            unreachable += [f"queue {queue}: {r}" for r in results if isinstance(r, NodeLost)][:1]
-        self.stats.returned += returned
-        if returned:
-            self.logger.info("returned %d unfinished task(s) to their queues", returned)
-        if unreachable:
-            raise StoreError("; ".join(unreachable))
-
-
-def _now() -> float:
-    return asyncio.get_running_loop().time()

@@ -43,7 +43,8 @@ from fencekit._redis import scripts
 from fencekit._redis.clients import async_client
 from fencekit._redis.run import arun
 from fencekit._redis.url import parse_url
-from fencekit.consume.consumer import RETURN_WAIT, Consumer
+from fencekit.consume.consumer import Consumer
+from fencekit.consume.returns import RETURN_WAIT
 from fencekit.errors import ConfigError, DrainTimeout, StoreError
 from fencekit.hooks import FenceKitHooks, check_hooks
 from fencekit.jobs.functions import attach_client

@@ -60,7 +60,7 @@ __all__ = ["GRACE_MARGIN", "STOP_STEP", "Placement", "Services"]
 STOP_STEP = 5.0  # the most one step of a shutdown may take
 GRACE_MARGIN = 5.0
 """Seconds past ``grace`` a process that runs jobs may take to stop: the pool's supervisor kills
-a child still running then. A consumer gives Redis :data:`~fencekit.consume.consumer.RETURN_WAIT`
+a child still running then. A consumer gives Redis :data:`~fencekit.consume.returns.RETURN_WAIT`
 of it, so a ``Server`` or a child whose Redis hangs still stops before ``grace`` + this."""
 
 
