@@ -97,6 +97,9 @@ async def read_slot_map(target: RedisTarget, *, name: str | None = None) -> tupl
                     f"use a redis:// URL for it, not {target.redacted()}"
                 ) from exc
             failures.append(f"{host}:{port}: {exc}")
+        except BaseException:  # cancelled (a closing link's map read): the connection is nobody's
+            conn.close()
+            raise
     raise StoreError(f"no seed node of {target.redacted()} answered: {'; '.join(failures)}")
 
 
@@ -249,6 +252,9 @@ class ClusterLink:
     async def aclose(self) -> None:
         self._closed = True
         await self._scope.aclose()  # connections being opened, a map read: cancelled and awaited
+        for task in self._opening.values():  # opened, but no caller took it: close it too
+            if task.done() and not task.cancelled() and task.exception() is None:
+                task.result().close()
         self._opening.clear()
         conns = list(self._conns.values())
         self._conns.clear()
