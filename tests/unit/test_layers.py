@@ -203,3 +203,25 @@ def test_import_fencekit_loads_no_pool_cli_or_argparse() -> None:
     assert heavy == set(), heavy
     assert "fencekit.produce.client" in loaded
     assert out[-1] == "after: True"
+
+
+MAX_MODULES_PER_FOLDER = 16
+MAX_MODULE_LINES = 420  # "about 400": a module past it has more than one job
+
+
+def test_no_folder_holds_more_than_16_modules() -> None:
+    crowded = {
+        str(folder.relative_to(SRC.parent)): count
+        for folder in [SRC, *(p for p in SRC.rglob("*") if p.is_dir() and p.name != "__pycache__")]
+        if (count := len(list(folder.glob("*.py")))) > MAX_MODULES_PER_FOLDER
+    }
+    assert crowded == {}
+
+
+def test_no_module_is_much_over_400_lines() -> None:
+    long = {
+        str(path.relative_to(SRC.parent)): lines
+        for path in SRC.rglob("*.py")
+        if (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}
