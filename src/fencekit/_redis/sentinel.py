@@ -268,9 +268,11 @@ class MasterWatch:
             )
 
     async def aclose(self) -> None:
-        await self._scope.aclose()
-        self._tasks = []
-        await self._close_pollers()
+        try:
+            await self._scope.aclose()
+        finally:
+            self._tasks = []
+            await self._close_pollers()
 
     async def _close_pollers(self) -> None:
         for client in self._pollers:

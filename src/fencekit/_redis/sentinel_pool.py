@@ -108,9 +108,13 @@ class WatchedSentinelPool(redis.asyncio.sentinel.SentinelConnectionPool):
 
     async def aclose(self) -> None:
         """Close the pool and stop its watch (what ``client.aclose()`` calls)."""
-        await self.watch.aclose()
-        await self._dropping.aclose()
-        await super().aclose()
+        try:
+            await self.watch.aclose()
+        finally:
+            try:
+                await self._dropping.aclose()
+            finally:
+                await super().aclose()
 
 
 # -- the synchronous twins (fencekit.connect) ------------------------------------------------

@@ -42,7 +42,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 import redis.asyncio
@@ -221,29 +221,47 @@ class Consumer(Turns, WakeClaims, Returns):
                 if not (self._cut_off and turns.cancelled()):
                     raise  # the consumer's own task is cancelled (not the deadline's cut)
         finally:
-            deadline = self._give_up_at()
-            self._cancels.stop()
-            cancels.cancel()
+            await self._wind_down(waker, cancels)
+
+    async def _wind_down(self, waker: asyncio.Task[None], cancels: asyncio.Task[None]) -> None:
+        """After the loop: stop the waker and the listener, return what it holds, close its links.
+
+        Each step is bounded (the stop's deadline, the scope's close) and runs
+        even if the consumer's task is cancelled meanwhile (its owner's close
+        cancels it again and again): the first error or cancellation is raised
+        at the end, so no connection is left open and :meth:`stop` never waits
+        forever.
+        """
+        deadline = self._give_up_at()
+        self._cancels.stop()
+        cancels.cancel()
+        failure: BaseException | None = None
+
+        async def step(what: Coroutine[Any, Any, object]) -> None:
+            nonlocal failure
             try:
-                left = deadline - asyncio.get_running_loop().time()
-                await self.scope.wait_for(
-                    self._waker.stop(waker, self._unblock), left, name="fencekit-wake-stop"
-                )
+                await what
             except asyncio.TimeoutError:
-                pass  # its claims' replies did not come: the reconcile of a later run, or a reaper
-            await self.scope.aclose()  # the waker, the listener, the deadline watch, any job left
-            await self._cancels.aclose()
-            self._performer.close()
-            try:
-                await self._return_inflight(deadline)  # StoreError: they stay in flight for the reaper
-            finally:
-                await self._waker.aclose()
-                if self._link is not None:
-                    await self._link.aclose()
-                await self.scope.aclose()  # a step given up on at the deadline
-                if self._cutter is not None:
-                    self._cutter.cancel()
-                self._stopped.set()
+                pass  # given up on at the deadline (the waker's claims: a later reconcile or a reaper)
+            except BaseException as exc:  # a cancellation, or StoreError from the return
+                failure = failure or exc
+
+        left = deadline - asyncio.get_running_loop().time()
+        waker_stop = self._waker.stop(waker, self._unblock)
+        await step(self.scope.wait_for(waker_stop, left, name="fencekit-wake-stop"))
+        await step(self.scope.aclose())  # the waker, the listener, the deadline watch, any job left
+        await step(self._cancels.aclose())
+        self._performer.close()
+        await step(self._return_inflight(deadline))  # StoreError: they stay in flight for the reaper
+        await step(self._waker.aclose())
+        if self._link is not None:
+            await step(self._link.aclose())
+        await step(self.scope.aclose())  # a step given up on at the deadline
+        if self._cutter is not None:
+            self._cutter.cancel()
+        self._stopped.set()
+        if failure is not None:
+            raise failure
 
     async def stop(self, grace: float = 0.0) -> None:
         """Stop claiming; let running tasks finish within ``grace`` s; cancel the rest.

@@ -270,11 +270,12 @@ async def _serve(
         return ExitCode.OK
     finally:
         detach()
-        await scope.aclose()  # the ticker, the stop wait, a consumer that still runs
-        board.tick(
-            config.slot, time.monotonic(), STOPPING, pid, consumer.stats.processed, consumer.stats.by_queue
-        )
-        await aclose_client(redis)
+        try:
+            await scope.aclose()  # the ticker, the stop wait, a consumer that still runs
+        finally:
+            stats = consumer.stats
+            board.tick(config.slot, time.monotonic(), STOPPING, pid, stats.processed, stats.by_queue)
+            await aclose_client(redis)
 
 
 async def _connect(consumer: Consumer, stop: asyncio.Event, logger: logging.Logger, slot: int) -> bool:

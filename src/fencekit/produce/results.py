@@ -274,9 +274,11 @@ class ResultWaiter:
                     event.set()
 
     async def aclose(self) -> None:
-        await self._scope.aclose()
-        self._listener = None
-        if self._pubsub is not None:
-            with contextlib.suppress(Exception):
-                await self._pubsub.aclose()
-            self._pubsub = None
+        try:
+            await self._scope.aclose()  # raises the caller's cancellation, once the listener ended
+        finally:
+            self._listener = None
+            if self._pubsub is not None:
+                with contextlib.suppress(Exception):
+                    await self._pubsub.aclose()
+                self._pubsub = None

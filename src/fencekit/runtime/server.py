@@ -218,16 +218,18 @@ class Server:
             self.logger.info("server %s shutting down", self.consumer_id)
             await self._stop_consumer(consumer_task)
         finally:
-            await serving.aclose()  # the consumer's task if it still runs (and its own scope), the stop wait
             try:
-                await run_hooks(self._shutdown, self._client)
+                await serving.aclose()  # the consumer's task if it still runs (its scope too), the stop wait
             finally:
-                for remove in removers:
-                    remove()
-                detach()
-                await services.close()
-                self.started.clear()
-                self.logger.info("server %s stopped", self.consumer_id)
+                try:
+                    await run_hooks(self._shutdown, self._client)
+                finally:
+                    for remove in removers:
+                        remove()
+                    detach()
+                    await services.close()
+                    self.started.clear()
+                    self.logger.info("server %s stopped", self.consumer_id)
 
     def _burst_loops(self, services: Services) -> list[Loop]:
         """The burst watch (``burst=True``), which calls :meth:`stop` once the queues are drained."""

@@ -251,14 +251,16 @@ class ClusterLink:
 
     async def aclose(self) -> None:
         self._closed = True
-        await self._scope.aclose()  # connections being opened, a map read: cancelled and awaited
-        for task in self._opening.values():  # opened, but no caller took it: close it too
-            if task.done() and not task.cancelled() and task.exception() is None:
-                task.result().close()
-        self._opening.clear()
-        conns = list(self._conns.values())
-        self._conns.clear()
-        await asyncio.gather(*(conn.aclose() for conn in conns), return_exceptions=True)
+        try:
+            await self._scope.aclose()  # connections being opened, a map read: cancelled and awaited
+        finally:
+            for task in self._opening.values():  # opened, but no caller took it: close it too
+                if task.done() and not task.cancelled() and task.exception() is None:
+                    task.result().close()
+            self._opening.clear()
+            conns = list(self._conns.values())
+            self._conns.clear()
+            await asyncio.gather(*(conn.aclose() for conn in conns), return_exceptions=True)
 
     # -- routing ----------------------------------------------------------
 

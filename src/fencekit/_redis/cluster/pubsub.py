@@ -171,10 +171,12 @@ class ClusterSubscriber:
         shards = list(self._shards.values())
         self._shards.clear()
         self._placed.clear()
-        await self._scope.aclose()  # every reader, cancelled and awaited
-        for shard in shards:
-            with contextlib.suppress(Exception):
-                await shard.pubsub.aclose()  # type: ignore[no-untyped-call]
+        try:
+            await self._scope.aclose()  # every reader, cancelled and awaited
+        finally:
+            for shard in shards:
+                with contextlib.suppress(Exception):
+                    await shard.pubsub.aclose()  # type: ignore[no-untyped-call]
 
     # -- subscribing ------------------------------------------------------
 
