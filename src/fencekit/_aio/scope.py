@@ -56,7 +56,8 @@ The rules:
   callback beside ``loop.create_task`` (a consumer starts one task per job
   through it). A starter that wants a callback of its own when the task
   ends passes it as ``then``: it is called from the scope's one callback
-  (a second done callback would cost a second ``call_soon`` per task).
+  (a second done callback would cost a second ``call_soon`` per task); one
+  that has the running loop at hand passes it as ``loop``.
 
 A task never cancels or waits for itself: closing a scope from one of its
 own tasks cancels and waits for the others.
@@ -176,15 +177,18 @@ class TaskScope:
         name: str | None = None,
         awaited: bool = False,
         then: Callable[[asyncio.Task[Any]], object] | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
     ) -> asyncio.Task[_T]:
         """Run ``coro`` as a task of this scope (in a copy of the current context, as ``create_task``).
 
         ``awaited``: the caller awaits the task (or reads its result) and
         reports its failure itself; the scope still cancels and awaits it.
         ``then``: called with the task when it has ended (after the scope
-        reported a failure), as a done callback would be.
+        reported a failure), as a done callback would be. ``loop``: the
+        running loop, when the caller has it at hand (``get_running_loop()``
+        costs more than the rest of this method: the per-job path passes it).
         """
-        task = asyncio.get_running_loop().create_task(coro, name=name)
+        task = (loop or asyncio.get_running_loop()).create_task(coro, name=name)
         self._tasks[task] = then
         task.add_done_callback(self._done_awaited if awaited else self._done_logged)
         if self._closing:

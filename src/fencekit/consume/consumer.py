@@ -141,6 +141,7 @@ class Consumer(Turns, WakeClaims, Returns):
         """Its tasks' owner (nested in ``scope``, the host's, when given)."""
         self.scope.close_wait = RETURN_WAIT  # a job that ignores its cancellation is left behind sooner
         self._spawn = self.scope.start
+        self._event_loop: asyncio.AbstractEventLoop | None = None  # run()'s: a job's start needs it
         self._waker = Waker(
             target,
             watch=self._watch,
@@ -209,6 +210,7 @@ class Consumer(Turns, WakeClaims, Returns):
         """Claim and perform until :meth:`stop`; then return unfinished tasks."""
         if not self.queues:
             raise ConfigError("consumer has no queues: register at least one worker")
+        self._event_loop = asyncio.get_running_loop()
         waker = self._spawn(self._waker.run(), name=f"fencekit-wake-{self.consumer_id}")
         cancels = self._spawn(self._cancels.run(), name=f"fencekit-cancels-{self.consumer_id}")
         self._turns = turns = self._spawn(
@@ -351,7 +353,9 @@ class Consumer(Turns, WakeClaims, Returns):
         # Each task runs in its own copy of the context, so current_job() is per task.
         key = (queue, token)
         self._running[key] = self._spawn(
-            self._performer.perform(queue, token, raw), then=functools.partial(self._finished, key)
+            self._performer.perform(queue, token, raw),
+            then=functools.partial(self._finished, key),
+            loop=self._event_loop,
         )
 
     def _cancel(self, queue: str, jid: str, token: int) -> None:
