@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import sys
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -213,7 +214,12 @@ def test_release_after_a_failed_body_notes_a_failed_release_on_the_body_error() 
     next(steps)
     with pytest.raises(StopIteration):
         steps.throw(LockNotOwned("lease lost"))
-    assert body_error.__notes__ == ["fencekit: releasing the lock also failed: LockNotOwned('lease lost')"]
+    if sys.version_info >= (3, 11):
+        assert body_error.__notes__ == [
+            "fencekit: releasing the lock also failed: LockNotOwned('lease lost')"
+        ]
+    else:  # no add_note before 3.11: the body's error reaches the caller as it was
+        assert not hasattr(body_error, "__notes__")
 
 
 def test_extend_returns_the_same_grant_with_the_new_ttl() -> None:
