@@ -275,10 +275,8 @@ class MasterWatch:
             await self._close_pollers()
 
     async def _close_pollers(self) -> None:
-        for client in self._pollers:
-            with contextlib.suppress(RedisError, OSError):
-                await client.aclose()
-        self._pollers = []
+        pollers, self._pollers = self._pollers, []
+        await _close_all(*pollers)
 
     def _tell(self, change: Change | None) -> None:
         if change is None:
@@ -324,9 +322,29 @@ class MasterWatch:
             except (RedisError, OSError):
                 self._poll_now.set()  # announcements may have been missed while it was down
             finally:
-                with contextlib.suppress(RedisError, OSError):
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]
-                with contextlib.suppress(RedisError, OSError):
-                    await client.aclose()
+                await _close_all(pubsub, client)
             await asyncio.sleep(delay)
             delay = min(2.0, delay * 2)
+
+
+async def _close_all(*resources: Any) -> None:
+    """``aclose()`` each of ``resources`` (redis-py clients, pub/subs), even through cancellations.
+
+    A stopping watch's task is cancelled, and its task scope cancels again a task
+    still running a moment later: a close interrupted there would leave its socket
+    open. So a cancel met while closing is kept, the close is made again, and the
+    cancel is raised once everything is closed. Errors of a dead connection are
+    ignored: it is closed either way.
+    """
+    cancelled: asyncio.CancelledError | None = None
+    for resource in resources:
+        while True:
+            try:
+                await resource.aclose()
+                break
+            except asyncio.CancelledError as exc:
+                cancelled = exc
+            except (RedisError, OSError):
+                break
+    if cancelled is not None:
+        raise cancelled
