@@ -76,12 +76,14 @@ __all__ = ["CLOSE_WAIT", "RECANCEL", "TaskScope"]
 
 CLOSE_WAIT = 5.0
 """Seconds a close waits for its tasks to end before it names the ones left and returns."""
-RECANCEL = 0.5
+RECANCEL = 2.0
 """Seconds a close waits between two cancellations of a task that is still running.
 
 A task that caught its cancellation to clean up (close a connection, say) gets
 this long before it is cancelled again; one that swallowed it is cancelled
-again instead of being waited for forever."""
+again instead of being waited for forever. Half a second interrupted closes
+on a loaded machine (CI saw the unclosed sockets); two leave a stop within the
+supervisor's ``grace + 5 s``."""
 
 _T = TypeVar("_T")
 _SLACK = 0.001  # the loop may wake a timer this much early
