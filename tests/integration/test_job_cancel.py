@@ -90,7 +90,7 @@ async def test_a_running_task_is_fenced_at_once_and_its_coroutine_cancelled(redi
         asked = time.perf_counter()
         assert await client.cancel(jid)
         assert inflight_count(r, "analysis") == 0  # fenced out in Redis as cancel() returns
-        await eventually(lambda: "cancelled_at" in seen, timeout=5, what="the coroutine's cancellation")
+        await eventually(lambda: "cancelled_at" in seen, timeout=15, what="the coroutine's cancellation")
         with pytest.raises(JobCancelled):
             await client.result(jid, timeout=5)
         took = 1000 * (seen["cancelled_at"] - asked)
