@@ -15,8 +15,8 @@ from bench import apps
 from bench.common import PY, children_of, percentile, rss_kib, spawn, stop, wait_processed
 from fencekit import Client, Task
 from fencekit._redis.keys import KeySpace
-from fencekit.jobs.registry import ConsumerRecord
-from fencekit.services.heartbeat import Heartbeat
+from fencekit.jobs._registry import ConsumerRecord
+from fencekit.services._heartbeat import Heartbeat
 
 KEYS = KeySpace("fencekit")
 LOG = logging.getLogger("bench")

@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 
 from fencekit import Client, StoreError, Task
-from fencekit.jobs.ids import uuid7
+from fencekit.jobs._ids import uuid7
 from fencekit.testing import free_port, wait_until
 
 POOL_APP = textwrap.dedent(

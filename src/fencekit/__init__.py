@@ -49,8 +49,8 @@ from fencekit.primitives.fence import AsyncFenceGate, FenceGate
 from fencekit.primitives.idempotency import AsyncIdempotencyGuard, IdempotencyGuard
 from fencekit.primitives.lock import AsyncDistributedLock, DistributedLock
 from fencekit.primitives.tokens import BeginOutcome, FenceToken, LockHandle
+from fencekit.produce._enqueue import Enqueued
 from fencekit.produce.client import Client
-from fencekit.produce.enqueue import Enqueued
 from fencekit.produce.handle import DeadLetter, Queue, QueueStats, ScheduledTask
 from fencekit.produce.schedules import ScheduleInfo
 from fencekit.produce.sync_client import SyncClient

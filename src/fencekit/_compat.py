@@ -24,12 +24,20 @@ from types import ModuleType
 __all__ = ["MOVED", "SILENT", "MovedFinder", "install"]
 
 _QUEUE = {
-    "jobs": "task codec ids worker binding functions periodic flow histogram records registry history",
-    "produce": "client sync_client producer enqueue batching handle sync_handle handle_steps bulk results "
-    "schedules",
-    "consume": "consumer turns outbox wake_claims waker perform job threads cancels refusals observe settle",
-    "services": "heartbeat reaper scheduler ticker drain",
+    "jobs": "task codec worker functions periodic flow histogram records history",
+    "produce": "client sync_client handle sync_handle schedules",
+    "consume": "job",
+    "services": "drain",
 }
+"""Modules of the old flat ``queue/`` that kept their name in their new home."""
+
+_QUEUE_PRIVATE = {
+    "jobs": "ids binding registry",
+    "produce": "producer enqueue batching handle_steps bulk results",
+    "consume": "consumer turns outbox wake_claims waker perform threads cancels refusals observe settle",
+    "services": "heartbeat reaper scheduler ticker",
+}
+"""Modules of the old flat ``queue/`` that became implementation modules (a leading underscore)."""
 
 MOVED: dict[str, str] = {
     # 0.2: flat top-level modules into their subpackages
@@ -51,6 +59,11 @@ MOVED: dict[str, str] = {
     "fencekit.queue": "fencekit.jobs",
     "fencekit.queue.loops": "fencekit._aio.loops",
     **{f"fencekit.queue.{m}": f"fencekit.{home}.{m}" for home, ms in _QUEUE.items() for m in ms.split()},
+    **{
+        f"fencekit.queue.{m}": f"fencekit.{home}._{m}"
+        for home, ms in _QUEUE_PRIVATE.items()
+        for m in ms.split()
+    },
 }
 """Old module path -> its new home."""
 

@@ -33,7 +33,7 @@ from fencekit.jobs.histogram import DEFAULT_BUCKETS, DurationHistogram, QueueDur
 from fencekit.jobs.task import Task
 from fencekit.produce.client import Client
 from fencekit.runtime.server import Server
-from fencekit.services.sampler import HistorySampler
+from fencekit.services._sampler import HistorySampler
 from fencekit.web import WebServer, create_app
 from fencekit.web.source import AdminSource
 

@@ -20,7 +20,7 @@ from fencekit.jobs.task import Task
 from fencekit.produce.client import Client
 from fencekit.testing import RedisServer
 from fencekit.web import WebServer, create_app
-from fencekit.web.security import MAX_FORM_BYTES
+from fencekit.web._security import MAX_FORM_BYTES
 from fencekit.web.source import AdminSource
 
 

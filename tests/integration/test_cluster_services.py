@@ -27,7 +27,7 @@ from fencekit._redis.cluster.pubsub import ClusterSubscriber, sharded_pubsub
 from fencekit._redis.run import Durability
 from fencekit._redis.steps import Batch, Op, arun_batch, cmd, run_batch
 from fencekit.errors import DurabilityError, StoreError
-from fencekit.produce.results import SAFETY_REREAD
+from fencekit.produce._results import SAFETY_REREAD
 from fencekit.testing.cluster import LocalCluster
 from fencekit.web.source import AdminSource
 

@@ -35,11 +35,11 @@ from fencekit._redis import scripts
 from fencekit._redis.clients import aclose_client, async_client
 from fencekit._redis.keys import KeySpace
 from fencekit._redis.run import arun
-from fencekit.consume.settle import Retention
+from fencekit.consume._settle import Retention
 from fencekit.errors import ConfigError, PayloadError
 from fencekit.jobs.flow import flow_specs
 from fencekit.jobs.worker import WorkerRegistry, inspect_worker
-from fencekit.services.reaper import Reaper
+from fencekit.services._reaper import Reaper
 from fencekit.settings import ServerSettings, defaults
 
 KEYS = KeySpace()

@@ -28,10 +28,10 @@ from fencekit._redis import scripts
 from fencekit._redis.clients import aclose_client, async_client
 from fencekit._redis.keys import KeySpace
 from fencekit._redis.run import arun
-from fencekit.consume.settle import Retention
+from fencekit.consume._settle import Retention
 from fencekit.errors import PayloadError
 from fencekit.jobs.worker import WorkerRegistry
-from fencekit.services.reaper import Reaper
+from fencekit.services._reaper import Reaper
 from fencekit.settings import ServerSettings, defaults
 
 KEYS = KeySpace()

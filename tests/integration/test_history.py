@@ -33,8 +33,8 @@ from fencekit.errors import StoreError
 from fencekit.jobs.histogram import DEFAULT_BUCKETS, DurationHistogram, QueueDurations
 from fencekit.jobs.history import HOURS, MINUTES, read_histories, read_history
 from fencekit.runtime.server import Server
-from fencekit.services.sampler import INTERVAL as HISTORY_INTERVAL
-from fencekit.services.sampler import HistorySampler
+from fencekit.services._sampler import INTERVAL as HISTORY_INTERVAL
+from fencekit.services._sampler import HistorySampler
 from fencekit.testing import RedisServer, wait_until
 
 MINUTE_MS = 60_000

@@ -22,7 +22,7 @@ from tests.queue_helpers import eventually, new_server, qkey, running, worker
 
 from fencekit import Client, Task
 from fencekit.runtime.server import Server
-from fencekit.services.sampler import HistorySampler
+from fencekit.services._sampler import HistorySampler
 from fencekit.testing import RedisServer
 
 HOSTILE = "<img/src=x/onerror=alert(1)>"
@@ -196,7 +196,7 @@ async def test_bad_requests_are_refused_clearly(site: tuple[Server, httpx.AsyncC
 async def test_pages_over_a_redis_without_any_queue(redis_url: str) -> None:
     """A fresh Redis: no queue registered yet, so nothing to read; the pages still draw empty charts."""
     from fencekit.web import AdminSource, create_app
-    from fencekit.web.serve import WebServer
+    from fencekit.web._serve import WebServer
 
     source = AdminSource.from_url(redis_url)
     web = WebServer(create_app(source), port=0)
@@ -220,7 +220,7 @@ async def test_pages_over_a_redis_without_any_queue(redis_url: str) -> None:
 async def test_history_pages_answer_503_while_redis_is_paused(private_redis: RedisServer) -> None:
     """The history reads are bounded like the dashboard's snapshot: a paused Redis is a 503, not a hang."""
     from fencekit.web import AdminSource, create_app
-    from fencekit.web.serve import WebServer
+    from fencekit.web._serve import WebServer
 
     source = AdminSource.from_url(private_redis.url(), snapshot_timeout=0.5)
     web = WebServer(create_app(source), port=0)

@@ -19,7 +19,7 @@ import pytest
 from tests.queue_helpers import eventually, new_server, qkey, running, stats, worker
 from tests.servers import node_of
 
-import fencekit.produce.results
+import fencekit.produce._results
 from fencekit import (
     Client,
     FencedOutError,
@@ -35,8 +35,8 @@ from fencekit._redis import scripts
 from fencekit._redis.clients import async_client
 from fencekit._redis.keys import KeySpace
 from fencekit._redis.run import arun
-from fencekit.consume import settle
-from fencekit.consume.settle import Delivery, Retention
+from fencekit.consume import _settle as settle
+from fencekit.consume._settle import Delivery, Retention
 from fencekit.testing import RedisServer
 
 KEYS = KeySpace()
@@ -137,7 +137,7 @@ async def test_result_is_woken_by_the_finishing_ack_not_by_a_re_read(
 ) -> None:
     """With the safety re-read pushed out to a minute and no deadline (a wait re-reads at its
     deadline), only the ack's message can end the wait; ``wait_for`` fails the test otherwise."""
-    monkeypatch.setattr(fencekit.produce.results, "SAFETY_REREAD", 60.0)
+    monkeypatch.setattr(fencekit.produce._results, "SAFETY_REREAD", 60.0)
     release = asyncio.Event()
     finished_at: list[float] = []
 
@@ -165,7 +165,7 @@ async def test_a_failure_a_cancel_and_an_expiry_wake_result_without_a_re_read(
 
     As above: no re-read within the test (none before a minute, no deadline), only the message.
     """
-    monkeypatch.setattr(fencekit.produce.results, "SAFETY_REREAD", 60.0)
+    monkeypatch.setattr(fencekit.produce._results, "SAFETY_REREAD", 60.0)
     release = asyncio.Event()
 
     async def broken(payload: dict[str, Any]) -> None:
@@ -634,7 +634,7 @@ async def test_result_survives_its_subscription_being_killed(
     redis_url: str, r: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The pub/sub connection is killed while result() waits: it resubscribes and is still woken."""
-    monkeypatch.setattr(fencekit.produce.results, "SAFETY_REREAD", 60.0)
+    monkeypatch.setattr(fencekit.produce._results, "SAFETY_REREAD", 60.0)
     release = asyncio.Event()
 
     async def held(payload: dict[str, Any]) -> str:

@@ -29,7 +29,7 @@ from tests.queue_helpers import eventually, new_server, running
 from fencekit import Client, SyncClient
 from fencekit._redis.keys import KeySpace
 from fencekit.jobs.periodic import Schedule
-from fencekit.services.ticker import Ticker
+from fencekit.services._ticker import Ticker
 from fencekit.testing import RedisServer
 
 

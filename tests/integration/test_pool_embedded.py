@@ -19,7 +19,7 @@ from tests.queue_helpers import capture_logger, messages
 from fencekit import Client, ConfigError, Task
 from fencekit._redis.address import DEFAULT_URL, Record, default_url, read, write
 from fencekit.pool import Pool
-from fencekit.pool.embedded import default_redis
+from fencekit.pool._embedded import default_redis
 from fencekit.testing import RedisServer, free_port, wait_until
 
 APP = textwrap.dedent(
@@ -67,7 +67,7 @@ async def test_an_async_host_runs_the_pool_with_exec_children_and_keeps_its_sign
             assert len(pids) == 2, pids
             for pid in pids:
                 cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-                assert b"fencekit.pool.exec_child" in cmdline  # exec'd, not forked
+                assert b"fencekit.pool._exec_child" in cmdline  # exec'd, not forked
             async with Client(url) as client:
                 await client.enqueue_many(Task("embed", "echo", {"n": i}) for i in range(200))
             srv = private_redis.client()

@@ -20,7 +20,7 @@ from tests.queue_helpers import capture_logger, messages
 from fencekit import ConfigError, StoreError
 from fencekit._redis.address import data_home
 from fencekit.pool import Pool
-from fencekit.pool.embedded import answers, default_redis
+from fencekit.pool._embedded import answers, default_redis
 from fencekit.runtime.exits import ExitCode
 from fencekit.testing import RedisServer, free_port
 
@@ -43,7 +43,7 @@ CHILD_FAILS = textwrap.dedent(
     """
     import sys
 
-    if sys.argv[0].endswith("exec_child.py"):  # python -m fencekit.pool.exec_child
+    if sys.argv[0].endswith("exec_child.py"):  # python -m fencekit.pool._exec_child
         raise RuntimeError("this module refuses to load in a pool child")
 
 

@@ -29,7 +29,7 @@ from tests.queue_helpers import (
 from tests.servers import client_lists
 
 from fencekit import Client, Task, current_job
-from fencekit.consume import waker
+from fencekit.consume import _waker as waker
 
 # -- retries -----------------------------------------------------------------------------------
 

@@ -37,13 +37,13 @@ from fencekit._redis.keys import KeySpace, job_resource
 from fencekit._redis.link import open_link
 from fencekit._redis.run import NodeLost, arun, run
 from fencekit._redis.url import parse_url
-from fencekit.consume import settle
-from fencekit.consume.settle import Delivery, Retention
+from fencekit.consume import _settle as settle
+from fencekit.consume._settle import Delivery, Retention
 from fencekit.jobs import codec
 from fencekit.jobs.worker import RetryPolicy, WorkerRegistry
 from fencekit.primitives.fence import AsyncFenceGate
 from fencekit.primitives.tokens import FenceToken
-from fencekit.services.reaper import Reaper
+from fencekit.services._reaper import Reaper
 from fencekit.settings import ServerSettings, defaults
 
 KEYS = KeySpace()

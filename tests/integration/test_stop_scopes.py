@@ -5,7 +5,7 @@ Redis (one server, or every node of a Redis Cluster) is paused with SIGSTOP, so 
 flight and every next one hangs with its socket open; then the process is stopped. Every task
 of a Server or a child belongs to a task scope (:mod:`fencekit._aio.scope`): a stop cancels the
 loops wherever they wait, and the consumer gives Redis
-:data:`~fencekit.consume.returns.RETURN_WAIT` after the grace to take back what it holds, so
+:data:`~fencekit.consume._returns.RETURN_WAIT` after the grace to take back what it holds, so
 the stop ends before ``grace`` + :data:`~fencekit.runtime.services.GRACE_MARGIN` -- the
 deadline past which the pool's supervisor kills a child. Before, a Server stopped on a hung
 Redis waited for it forever (in the consumer's return of its unfinished tasks), and a child

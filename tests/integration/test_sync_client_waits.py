@@ -20,7 +20,7 @@ import redis
 from tests.queue_helpers import eventually, new_server, qkey, running, worker
 from werkzeug.serving import make_server
 
-import fencekit.produce.results
+import fencekit.produce._results
 from fencekit import Client, JobCancelled, JobFailed, JobStatus, StoreError, SyncClient, Task
 from fencekit.jobs.codec import decode
 from fencekit.testing.sentinel import LocalSentinel
@@ -69,7 +69,7 @@ class Waits:
 async def test_results_from_many_threads_are_woken_by_the_finishing_acks(
     redis_url: str, r: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(fencekit.produce.results, "SAFETY_REREAD", 60.0)  # only a message can wake a wait
+    monkeypatch.setattr(fencekit.produce._results, "SAFETY_REREAD", 60.0)  # only a message can wake a wait
     with SyncClient(redis_url) as client:
         waits = Waits(client)
         async with running(waits.server(redis_url)):
@@ -90,7 +90,7 @@ async def test_failures_and_cancels_reach_the_waiting_threads(
     redis_url: str, r: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``fail.lua`` and ``cancel.lua`` publish the jid on the done channel: no re-read is needed."""
-    monkeypatch.setattr(fencekit.produce.results, "SAFETY_REREAD", 60.0)  # only a message can wake a wait
+    monkeypatch.setattr(fencekit.produce._results, "SAFETY_REREAD", 60.0)  # only a message can wake a wait
     with SyncClient(redis_url) as client:
         waits = Waits(client)
         async with Client(redis_url) as other, running(waits.server(redis_url)):

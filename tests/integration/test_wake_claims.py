@@ -127,7 +127,7 @@ async def test_a_bug_offering_claims_is_logged_and_the_wake_ups_go_on(redis_url:
     from tests.queue_helpers import capture_logger
 
     from fencekit._redis.url import parse_url
-    from fencekit.consume.waker import Waker
+    from fencekit.consume._waker import Waker
 
     woken: list[str | None] = []
     logger = capture_logger("test.fencekit.waker.bug")

@@ -32,8 +32,8 @@ from fencekit.produce.client import Client
 from fencekit.runtime.server import Server
 from fencekit.testing import RedisServer
 from fencekit.web import WebServer, create_app
+from fencekit.web._views import ChildView
 from fencekit.web.source import AdminSource, DurationHistogram
-from fencekit.web.views import ChildView
 
 HOSTILE = "<img/src=x/onerror=alert(1)>"
 HOSTILE_OP = "<script>alert(2)</script>"

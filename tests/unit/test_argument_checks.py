@@ -22,15 +22,15 @@ from starlette.applications import Starlette
 
 from fencekit.errors import ConfigError
 from fencekit.jobs.histogram import DurationHistogram
-from fencekit.pool import sdnotify
-from fencekit.pool.board import Board
+from fencekit.pool import _sdnotify as sdnotify
+from fencekit.pool._board import Board
 from fencekit.primitives.tokens import FenceToken, LockHandle
 from fencekit.runtime.app import App, load_app, load_worker_paths
 from fencekit.runtime.hooks import check_hook, run_hooks
 from fencekit.settings import PoolSettings, ServerSettings, resolve
 from fencekit.web import create_app
-from fencekit.web.pages import _ago
-from fencekit.web.serve import WebServer, _is_loopback
+from fencekit.web._pages import _ago
+from fencekit.web._serve import WebServer, _is_loopback
 
 
 def exactly(message: str) -> str:

@@ -1,4 +1,4 @@
-"""fencekit.web.charts: server-side SVG time charts, checked by parsing what they draw."""
+"""fencekit.web._charts: server-side SVG time charts, checked by parsing what they draw."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from markupsafe import Markup
 
 from fencekit.errors import ConfigError
-from fencekit.web.charts import PALETTE, TONES, Series, time_chart
+from fencekit.web._charts import PALETTE, TONES, Series, time_chart
 
 NS = "{http://www.w3.org/2000/svg}"
 EMITTED = {"svg", "title", "text", "tspan", "g", "line", "rect", "circle", "path"}

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from fencekit.produce.batching import Coalescer
+from fencekit.produce._batching import Coalescer
 
 
 class Gate:

@@ -79,7 +79,7 @@ TREE: dict[type[BaseException], tuple[type[BaseException], ...]] = {
 }
 
 #: Modules that run a program when imported (``python -m ...``): read, never imported.
-ENTRY_POINTS = ("fencekit.pool.exec_child",)
+ENTRY_POINTS = ("fencekit.pool._exec_child",)
 
 
 def exception_classes(module: ModuleType) -> list[type[BaseException]]:
@@ -123,7 +123,7 @@ def quiet_import(name: str) -> ModuleType:
 def package_modules() -> list[str]:
     names = [m.name for m in pkgutil.walk_packages(fencekit.__path__, "fencekit.")]
     assert "fencekit.errors" in names, names  # the walk works ...
-    assert "fencekit.consume.consumer" in names, names  # ... and goes into subpackages
+    assert "fencekit.consume._consumer" in names, names  # ... and goes into subpackages
     return names
 
 
@@ -298,7 +298,7 @@ def test_the_entry_point_modules_define_no_classes_at_all() -> None:
     """They run a program when imported, so the walk above reads them instead."""
     entries = [name for name in package_modules() if is_entry_point(name)]
     assert "fencekit.pool.__main__" in entries, entries
-    assert "fencekit.pool.exec_child" in entries, entries
+    assert "fencekit.pool._exec_child" in entries, entries
     for name in entries:
         spec = importlib.util.find_spec(name)
         assert spec is not None, name

@@ -181,7 +181,7 @@ def test_imports_point_down_only() -> None:
 
 def test_an_upward_import_is_caught() -> None:
     here, _ = layer_of("fencekit.jobs.codec")
-    there, _ = layer_of("fencekit.consume.consumer")
+    there, _ = layer_of("fencekit.consume._consumer")
     assert there > here
     assert layer_of("fencekit.primitives.lock")[1] != layer_of("fencekit.jobs.task")[1]
 

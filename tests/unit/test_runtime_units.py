@@ -10,9 +10,9 @@ import pytest
 from fencekit import Client, ConfigError
 from fencekit._redis import scripts
 from fencekit._redis.keys import KeySpace
-from fencekit.consume.outbox import AckClaim, Outbox, Settle
-from fencekit.jobs.registry import ConsumerRecord, consumer_id, lease_ok
-from fencekit.pool.children import MAX_BACKOFF, Child, ChildState, restart_delay
+from fencekit.consume._outbox import AckClaim, Outbox, Settle
+from fencekit.jobs._registry import ConsumerRecord, consumer_id, lease_ok
+from fencekit.pool._children import MAX_BACKOFF, Child, ChildState, restart_delay
 from fencekit.runtime.app import App
 from fencekit.runtime.hooks import check_hook, run_hooks
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from fencekit import Client, ConfigError, Pool, Server
+from fencekit.pool._supervisor import Supervisor
 from fencekit.pool.cli import build_parser
-from fencekit.pool.supervisor import Supervisor
 from fencekit.runtime.app import App
 from fencekit.settings import (
     ClientSettings,

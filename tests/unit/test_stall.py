@@ -14,8 +14,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-from fencekit.pool.child import _INHERITED_SIGNALS
-from fencekit.pool.stall import (
+from fencekit.pool._child import _INHERITED_SIGNALS
+from fencekit.pool._stall import (
     MAX_TASKS,
     STACK_SIGNAL,
     RunningTask,
@@ -28,7 +28,7 @@ from fencekit.pool.stall import (
 BLOCKED = textwrap.dedent(
     """
     import sys, time
-    from fencekit.pool.stall import register_stack_dump
+    from fencekit.pool._stall import register_stack_dump
     register_stack_dump(int(sys.argv[1]))
     print("ready", flush=True)
     time.sleep(120)  # the blocked line

@@ -15,7 +15,7 @@ from typing import Any, get_type_hints
 import pytest
 
 from fencekit import App, ConfigError, PayloadError
-from fencekit.jobs.binding import Binder, Unbound
+from fencekit.jobs._binding import Binder, Unbound
 from fencekit.jobs.worker import WORKER_DEFAULTS, WorkerOptions, WorkerRegistry, inspect_worker
 from fencekit.runtime.app import import_path
 

@@ -1,6 +1,6 @@
 """Where the pool's embedded Redis listens: a record in its data directory.
 
-The embedded server (:mod:`fencekit.pool.embedded`) listens on a unix socket
+The embedded server (:mod:`fencekit.pool._embedded`) listens on a unix socket
 in its data directory, ``<dir>/redis.sock``, and while it runs the pool keeps
 ``<dir>/redis.json`` -- ``{"url", "server", "owner"}``: the socket URL, the
 server's pid and the pid of the pool that stops it. So the address is the

@@ -53,7 +53,7 @@ Cluster too (invariant I5 of ``docs/design.md``). The schema, with ``P`` the pre
     P:{Q}:history:h            HASH   hour number -> the same per hour; the newest 2,160 hours
     P:{Q}:schedules            HASH   operation -> JSON definition of its schedule (cron or
                                       every, tz, catch-up, params), written by each process
-                                      that runs it (services/ticker.py), read by schedules()
+                                      that runs it (services/_ticker.py), read by schedules()
     P:{Q}:cron:<operation>     STRING the newest tick (Unix ms) enqueued for that schedule by
                                       any host: periodic_enqueue.lua enqueues only newer ticks
     P:fence:{Q}:job:<jid>      STRING highest token of the task's deliveries whose writes

@@ -19,8 +19,8 @@ from fencekit.cli.output import age, when
 from fencekit.jobs.records import JobInfo
 from fencekit.produce.handle import QueueStats
 from fencekit.produce.schedules import ScheduleInfo
+from fencekit.web._views import ConsumerView, QueueView
 from fencekit.web.source import AdminSource
-from fencekit.web.views import ConsumerView, QueueView
 
 __all__ = ["VERBS", "job_dict"]
 

@@ -4,7 +4,7 @@ Each is a thin layer over the ``Client``/``Queue`` API, so the command line
 does exactly what a program would. The destructive ones (``purge``,
 ``dead-letters --purge``) ask on a terminal and refuse off one unless
 ``--yes``. The bulk ones (``dead-letters --revive-all``, ``failed
---retry-all``) run in pipelined batches (:mod:`fencekit.produce.bulk`) with a
+--retry-all``) run in pipelined batches (:mod:`fencekit.produce._bulk`) with a
 bar on stderr. A queue name that the registry does not know is refused with
 exit 1 and the known names: a typo must not read as "empty".
 """
@@ -17,7 +17,7 @@ from typing import Any
 from fencekit.cli.base import Context, Exit, Verb, known_queue_or_none
 from fencekit.cli.inspect import job_dict, print_job
 from fencekit.cli.output import when
-from fencekit.produce.bulk import DEFAULT_BATCH
+from fencekit.produce._bulk import DEFAULT_BATCH
 from fencekit.produce.handle import DeadLetter, Queue
 
 __all__ = ["VERBS"]

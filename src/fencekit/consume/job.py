@@ -12,7 +12,7 @@ was reaped, returned or finished, the write raises
 (``job_set.lua``). It writes no key of its own, so a fenced job leaves
 nothing behind in Redis.
 
-In a sync task (a plain ``def``, run in a thread: :mod:`fencekit.consume.threads`)
+In a sync task (a plain ``def``, run in a thread: :mod:`fencekit.consume._threads`)
 ``set_if_fresh_sync`` and ``progress_sync`` are the blocking forms: they run
 the same coroutine on the job's event loop and wait for it.
 """
@@ -33,7 +33,7 @@ from fencekit.errors import FencedOutError, NoCurrentJob
 from fencekit.jobs.records import encode_progress
 from fencekit.primitives.fence import FenceRules
 from fencekit.primitives.tokens import FenceToken
-from fencekit.produce.batching import Coalescer
+from fencekit.produce._batching import Coalescer
 
 if TYPE_CHECKING:
     from fencekit.jobs.task import Task

@@ -6,7 +6,7 @@
 - the producer's: ``await send_email.enqueue("a@b.c", subject="hi")`` (its
   arguments typed by the function's own ``ParamSpec``) binds the call to the
   signature, stores it as params named by parameter
-  (:mod:`fencekit.jobs.binding`) and returns the jid; ``await
+  (:mod:`fencekit.jobs._binding`) and returns the jid; ``await
   send_email.run(...)`` also waits for the result; ``send_email.options(delay=...,
   ...)`` gives a :class:`TaskCall` with the same typed ``enqueue``/``run``
   and per-call options (they cannot share the function's ``ParamSpec``);
@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from typing_extensions import ParamSpec
 
 from fencekit.errors import ConfigError
-from fencekit.jobs.binding import Binder
+from fencekit.jobs._binding import Binder
 from fencekit.jobs.flow import concurrency_key
 from fencekit.jobs.task import Task
 from fencekit.jobs.worker import WORKER_DEFAULTS, WorkerSpec, inspect_worker

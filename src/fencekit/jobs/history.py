@@ -9,7 +9,7 @@ p50/p95 of several hosts' jobs are read from their summed buckets, as
 bounds, never averaged).
 
 Nothing here runs per job: the buckets are booked by the host's history sampler
-(:mod:`fencekit.services.sampler`); this module is their stored form and their reads.
+(:mod:`fencekit.services._sampler`); this module is their stored form and their reads.
 
 Bytes: a bucket is one hash field of 22 integers (about 60 bytes with Redis's
 per-field overhead); a queue busy in every minute and hour of both windows

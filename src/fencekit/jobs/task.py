@@ -10,7 +10,7 @@ from typing import Any
 from fencekit._redis.keys import MAX_JID, is_jid, validate_queue
 from fencekit.errors import PayloadError
 from fencekit.jobs import codec
-from fencekit.jobs.ids import uuid7
+from fencekit.jobs._ids import uuid7
 
 
 @dataclass(slots=True)

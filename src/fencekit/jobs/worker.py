@@ -3,10 +3,10 @@
 A worker is a class or an instance with ``queue``, ``operation`` and a
 ``perform(payload)`` (a classmethod/staticmethod on a class, or a method on an
 instance): an ``async def`` runs on the consumer's event loop, a plain
-``def`` in its thread pool (:mod:`fencekit.consume.threads`). A task function
+``def`` in its thread pool (:mod:`fencekit.consume._threads`). A task function
 (``@app.task``, :mod:`fencekit.jobs.functions`) is a worker too, whose
 ``perform`` takes the function's own arguments through a
-:class:`~fencekit.jobs.binding.Binder`.
+:class:`~fencekit.jobs._binding.Binder`.
 
 The optional attributes are :class:`WorkerOptions`, with their defaults in
 :data:`WORKER_DEFAULTS` -- one table, read by :func:`inspect_worker` and
@@ -49,13 +49,13 @@ from typing_extensions import TypedDict
 
 from fencekit._redis.keys import validate_queue
 from fencekit.errors import ConfigError, PayloadError
-from fencekit.jobs.binding import Binder
+from fencekit.jobs._binding import Binder
 from fencekit.jobs.codec import is_priority, is_timeout
 from fencekit.jobs.flow import Rate, parse_rate
 from fencekit.jobs.periodic import Schedule, schedule_of
 
 if TYPE_CHECKING:
-    from fencekit.consume.threads import SyncRunner
+    from fencekit.consume._threads import SyncRunner
 
 RETRY_BASE_DELAY = 1.0
 RETRY_BACKOFF = 1.5
@@ -96,7 +96,7 @@ class RetryPolicy:
         """Seconds to wait before re-running a task that failed ``attempt`` times before.
 
         The seed's fixed ``1s * 1.5 ** attempt``; the consumer computes it once
-        per failure and hands it to the retry (:func:`fencekit.consume.settle.retry`).
+        per failure and hands it to the retry (:func:`fencekit.consume._settle.retry`).
         """
         return RETRY_BASE_DELAY * RETRY_BACKOFF**attempt
 
@@ -164,7 +164,7 @@ class Invocation:
     def run(self, params: dict[str, Any], threads: SyncRunner) -> Awaitable[object]:
         """What to await to run the function for ``params`` (the function's own coroutine when async).
 
-        Raises :class:`~fencekit.jobs.binding.Unbound` if the params do not bind.
+        Raises :class:`~fencekit.jobs._binding.Unbound` if the params do not bind.
         """
         if self.binder is not None:
             args, kwargs = self.binder.decode(params)

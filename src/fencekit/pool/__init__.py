@@ -29,8 +29,8 @@ from typing_extensions import Unpack
 
 from fencekit.errors import ConfigError, FenceKitError
 from fencekit.jobs.worker import WorkerRegistry
+from fencekit.pool._supervisor import Supervisor
 from fencekit.pool.cli import main
-from fencekit.pool.supervisor import Supervisor
 from fencekit.runtime.app import App, import_path, load_app
 from fencekit.settings import PoolOptions, PoolSettings, resolve, with_url
 

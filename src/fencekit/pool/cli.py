@@ -5,7 +5,7 @@ from that table, so ``--help`` lists each with its default and its
 ``FENCEKIT_<NAME>`` variable -- and ``APP`` may come from ``FENCEKIT_APP``.
 With no Redis URL given (flag or environment) and nothing answering at
 ``redis://127.0.0.1:6379/0``, the pool starts a private Redis with its data
-in ``--data-dir`` (:mod:`fencekit.pool.embedded`) and says so.
+in ``--data-dir`` (:mod:`fencekit.pool._embedded`) and says so.
 
 The command installs the supervisor's signal methods (SIGTERM/SIGINT stop
 gracefully, a second one at once; SIGQUIT at once; SIGHUP restarts the
@@ -102,14 +102,14 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         app = load_app(spec)
         WorkerRegistry().add(app.workers)
         if not given(PoolSettings, "redis_url", explicit):
-            from fencekit.pool.embedded import default_redis
+            from fencekit.pool._embedded import default_redis
 
             data_dir = Path(settings["data_dir"]) if settings["data_dir"] else None
             settings["redis_url"], embedded = default_redis(data_dir, logger)
     except ConfigError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return ExitCode.USAGE
-    from fencekit.pool.child import new_loop
+    from fencekit.pool._child import new_loop
 
     loop = new_loop()
     try:
@@ -122,7 +122,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
 
 
 async def _serve(settings: PoolSettings, app: App, spec: str, logger: logging.Logger, prog: str) -> int:
-    from fencekit.pool.supervisor import Supervisor
+    from fencekit.pool._supervisor import Supervisor
 
     supervisor = Supervisor(settings, app, spawn="fork", app_spec=spec, logger=logger)
     loop = asyncio.get_running_loop()

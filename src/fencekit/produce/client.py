@@ -9,13 +9,13 @@ enqueues over the lean hot-path connection; one given a redis-py client
 
 A task keeps a record while ``keep_result`` (the task's, else the
 client's) is above 0: ``client.job(jid)`` reads it and ``client.result(jid)``
-waits for it (:mod:`fencekit.produce.results`).
+waits for it (:mod:`fencekit.produce._results`).
 
 The rules -- encoding, the enqueue plan, records, cancel, the result wait,
 the queue handle's reads -- are steps shared with the synchronous
-:class:`~fencekit.produce.sync_client.SyncClient` (:mod:`fencekit.produce.producer`,
+:class:`~fencekit.produce.sync_client.SyncClient` (:mod:`fencekit.produce._producer`,
 :mod:`fencekit._redis.steps`); this class drives them on asyncio, its
-enqueues through a :class:`~fencekit.produce.batching.Coalescer`.
+enqueues through a :class:`~fencekit.produce._batching.Coalescer`.
 
 Settings (``prefix``, ``max_payload``, ``durable_replicas``,
 ``durable_timeout``, ``keep_result`` and the URL) are those of
@@ -41,15 +41,15 @@ from fencekit._redis.link import Link, open_link, wait_replicas
 from fencekit._redis.steps import Batch, adrive, arun_batch
 from fencekit.errors import FenceKitError, StoreError
 from fencekit.hooks import FenceKitHooks
+from fencekit.jobs._registry import known_queues
 from fencekit.jobs.records import JobInfo
-from fencekit.jobs.registry import known_queues
 from fencekit.jobs.task import Task
-from fencekit.produce import handle_steps
-from fencekit.produce.batching import Coalescer
-from fencekit.produce.enqueue import Enqueued
+from fencekit.produce import _handle_steps as handle_steps
+from fencekit.produce._batching import Coalescer
+from fencekit.produce._enqueue import Enqueued
+from fencekit.produce._producer import Producer, Send, delay_ms, first_error
+from fencekit.produce._results import Pause, ResultWaiter, Subscribe, cancel_job, read_job, result_steps
 from fencekit.produce.handle import Queue, QueueStats
-from fencekit.produce.producer import Producer, Send, delay_ms, first_error
-from fencekit.produce.results import Pause, ResultWaiter, Subscribe, cancel_job, read_job, result_steps
 from fencekit.produce.schedules import ScheduleInfo, schedules_steps
 from fencekit.settings import ClientOptions, ClientSettings, resolve, table, with_url
 
@@ -172,13 +172,13 @@ class Client(Producer):
         return await self._batcher.submit((tasks, envelopes, delay_ms))
 
     async def _enqueue_request(self, request: Batch | Send) -> Any:
-        """A :class:`Send` joins the coalescer (:mod:`fencekit.produce.batching`); a batch: redis-py."""
+        """A :class:`Send` joins the coalescer (:mod:`fencekit.produce._batching`); a batch: redis-py."""
         if isinstance(request, Send):
             return await self._batcher.submit(request)
         return await arun_batch(self.redis, request)
 
     async def _send(self, batch: list[_Enqueue]) -> list[list[Enqueued] | BaseException]:
-        """Send the enqueues of one batch (:mod:`fencekit.produce.batching`): one plan per delay."""
+        """Send the enqueues of one batch (:mod:`fencekit.produce._batching`): one plan per delay."""
         out: list[list[Enqueued] | BaseException] = [[] for _ in batch]
         by_delay: dict[int, list[int]] = {}
         for k, (_, _, wait_ms) in enumerate(batch):

@@ -5,8 +5,8 @@ of the kickdown API (``pending``, ``length``, ``scheduled``, ``stats``,
 ``purge``, ``schedule``) plus fencekit's dead-letter record (``dead_letters``, ``revive``)
 and the failures it keeps (``failed``, ``retry_failed``); the operations over
 all of them (``revive_all``, ``purge_dead``, ``retry_all_failed``) run in
-pipelined batches (:mod:`fencekit.produce.bulk`). Each method drives
-one steps function of :mod:`fencekit.produce.handle_steps` on the client's
+pipelined batches (:mod:`fencekit.produce._bulk`). Each method drives
+one steps function of :mod:`fencekit.produce._handle_steps` on the client's
 asyncio connection; ``SyncClient.queue(name)`` drives the same ones
 synchronously (:class:`~fencekit.produce.sync_handle.SyncQueue`).
 Every read goes to the keys of ``fencekit._redis.keys``; nothing is cached.
@@ -25,9 +25,9 @@ from fencekit.errors import ConfigError
 from fencekit.jobs.history import History
 from fencekit.jobs.records import JobInfo
 from fencekit.jobs.task import Task
-from fencekit.produce import bulk
-from fencekit.produce import handle_steps as steps
-from fencekit.produce.handle_steps import DeadLetter, QueueStats, ScheduledTask
+from fencekit.produce import _bulk as bulk
+from fencekit.produce import _handle_steps as steps
+from fencekit.produce._handle_steps import DeadLetter, QueueStats, ScheduledTask
 
 if TYPE_CHECKING:
     from fencekit.produce.client import Client

@@ -1,7 +1,7 @@
 """What ``client.schedules()`` and /admin list: each registered schedule with its last and next run.
 
 The processes that run schedules register their definitions in
-``P:{Q}:schedules`` (``services/ticker.py``); the newest tick enqueued is
+``P:{Q}:schedules`` (``services/_ticker.py``); the newest tick enqueued is
 ``P:{Q}:cron:<operation>``, written by ``periodic_enqueue.lua``. The read is
 steps (:mod:`fencekit._redis.steps`), so ``Client``, ``SyncClient`` and the
 admin page run the same rule: the known queues, one ``HGETALL`` per queue,
@@ -19,8 +19,8 @@ import orjson
 from fencekit._redis.keys import KeySpace
 from fencekit._redis.run import as_text
 from fencekit._redis.steps import Batch, Steps, cmd
+from fencekit.jobs._registry import queue_names
 from fencekit.jobs.periodic import Schedule
-from fencekit.jobs.registry import queue_names
 
 __all__ = ["ScheduleInfo", "schedules_steps"]
 

@@ -5,9 +5,9 @@ settings (:func:`fencekit.settings.resolve` of ``ClientSettings``), hooks and
 errors as ``Client``, over a ``redis.Redis`` with retries off
 (:func:`fencekit._redis.clients.loopless_client`) and no event loop anywhere.
 Every rule is the one ``Client`` runs: the enqueue and its hooks
-(:class:`~fencekit.produce.producer.Producer`), the record reads, cancel and
-result wait (:mod:`fencekit.produce.results`), the queue handle's reads and
-actions (:mod:`fencekit.produce.handle_steps`), driven here by
+(:class:`~fencekit.produce._producer.Producer`), the record reads, cancel and
+result wait (:mod:`fencekit.produce._results`), the queue handle's reads and
+actions (:mod:`fencekit.produce._handle_steps`), driven here by
 :func:`fencekit._redis.steps.drive`.
 
 - **Threads**: one instance serves any number of threads. Each call takes a
@@ -22,7 +22,7 @@ actions (:mod:`fencekit.produce.handle_steps`), driven here by
 - **result()**: each waiting call opens its own sharded subscription
   (``SSUBSCRIBE`` on the queue's ``P:{Q}:done``; one connection per waiting
   thread), confirmed before the record is read (no lost wake-up), re-reads
-  on each message naming its jid and every :data:`~fencekit.produce.results.SAFETY_REREAD`
+  on each message naming its jid and every :data:`~fencekit.produce._results.SAFETY_REREAD`
   seconds, and stops at ``timeout`` with the built-in ``TimeoutError``. On a
   Redis Cluster the subscription is on the node of the queue's slot; when
   that slot moves (the server unsubscribes it, or refuses it with
@@ -49,14 +49,14 @@ from fencekit._redis.run import as_text
 from fencekit._redis.steps import Batch, drive, run_batch
 from fencekit.errors import StoreError
 from fencekit.hooks import FenceKitHooks
+from fencekit.jobs._registry import queue_names
 from fencekit.jobs.records import JobInfo
-from fencekit.jobs.registry import queue_names
 from fencekit.jobs.task import Task
-from fencekit.produce import handle_steps
-from fencekit.produce.enqueue import Enqueued
-from fencekit.produce.handle_steps import QueueStats
-from fencekit.produce.producer import Producer, Send, delay_ms, first_error
-from fencekit.produce.results import SAFETY_REREAD, Pause, Subscribe, cancel_steps, job_steps, result_steps
+from fencekit.produce import _handle_steps as handle_steps
+from fencekit.produce._enqueue import Enqueued
+from fencekit.produce._handle_steps import QueueStats
+from fencekit.produce._producer import Producer, Send, delay_ms, first_error
+from fencekit.produce._results import SAFETY_REREAD, Pause, Subscribe, cancel_steps, job_steps, result_steps
 from fencekit.produce.schedules import ScheduleInfo, schedules_steps
 from fencekit.produce.sync_handle import SyncQueue
 from fencekit.settings import ClientOptions, ClientSettings, resolve, with_url

@@ -1,6 +1,6 @@
 """``SyncQueue``: the :class:`~fencekit.produce.handle.Queue` handle for synchronous code.
 
-Every method drives the same steps as ``Queue``'s (:mod:`fencekit.produce.handle_steps`)
+Every method drives the same steps as ``Queue``'s (:mod:`fencekit.produce._handle_steps`)
 on a ``redis.Redis`` (:func:`fencekit._redis.steps.drive`): same reads, same
 scripts, same errors, no event loop. Thread-safe as its client is: each
 call takes a connection from redis-py's pool for its round trips.
@@ -18,10 +18,10 @@ from fencekit._redis.steps import Steps, drive
 from fencekit.jobs.history import History
 from fencekit.jobs.records import JobInfo
 from fencekit.jobs.task import Task
-from fencekit.produce import bulk
-from fencekit.produce import handle_steps as steps
+from fencekit.produce import _bulk as bulk
+from fencekit.produce import _handle_steps as steps
+from fencekit.produce._handle_steps import DeadLetter, QueueStats, ScheduledTask
 from fencekit.produce.handle import check_schedule
-from fencekit.produce.handle_steps import DeadLetter, QueueStats, ScheduledTask
 
 if TYPE_CHECKING:
     from fencekit.produce.sync_client import SyncClient

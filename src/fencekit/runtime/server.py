@@ -43,13 +43,13 @@ from fencekit._redis import scripts
 from fencekit._redis.clients import async_client
 from fencekit._redis.run import arun
 from fencekit._redis.url import parse_url
-from fencekit.consume.consumer import Consumer
-from fencekit.consume.returns import RETURN_WAIT
+from fencekit.consume._consumer import Consumer
+from fencekit.consume._returns import RETURN_WAIT
 from fencekit.errors import ConfigError, DrainTimeout, StoreError
 from fencekit.hooks import FenceKitHooks, check_hooks
+from fencekit.jobs._registry import ConsumerRecord, consumer_id
 from fencekit.jobs.functions import attach_client
 from fencekit.jobs.histogram import DurationHistogram, QueueDurations
-from fencekit.jobs.registry import ConsumerRecord, consumer_id
 from fencekit.jobs.task import Task
 from fencekit.jobs.worker import WorkerRegistry
 from fencekit.produce.client import Client
@@ -60,7 +60,7 @@ from fencekit.services.drain import BurstWatch, Observation
 from fencekit.settings import ServerOptions, ServerSettings, resolve, with_url
 
 if TYPE_CHECKING:
-    from fencekit.web.serve import WebServer
+    from fencekit.web._serve import WebServer
     from fencekit.web.source import ChildView
 
 __all__ = ["Server"]

@@ -20,7 +20,7 @@ The loops are tasks of the services' own :class:`~fencekit._aio.scope.TaskScope`
 (nested in the placement's when it passes one), which :meth:`Services.close`
 closes: every loop cancelled and awaited, one that swallows its cancellation
 cancelled again, and named if it still runs after :data:`STOP_STEP`. The web
-server owns its task (:class:`~fencekit.web.serve.WebServer`) and stops it
+server owns its task (:class:`~fencekit.web._serve.WebServer`) and stops it
 gracefully.
 """
 
@@ -38,29 +38,29 @@ from fencekit._aio.scope import TaskScope
 from fencekit._redis.clients import aclose_client, async_client, check_topology
 from fencekit._redis.keys import KeySpace
 from fencekit._redis.url import RedisTarget
-from fencekit.consume.settle import Retention
+from fencekit.consume._settle import Retention
 from fencekit.errors import ConfigError
 from fencekit.hooks import FenceKitHooks
+from fencekit.jobs._registry import ConsumerRecord, register_queues
 from fencekit.jobs.histogram import DurationHistogram, QueueDurations
-from fencekit.jobs.registry import ConsumerRecord, register_queues
 from fencekit.jobs.worker import WorkerRegistry
-from fencekit.services.heartbeat import Heartbeat
-from fencekit.services.reaper import Reaper
-from fencekit.services.sampler import HistorySampler
-from fencekit.services.scheduler import Scheduler
-from fencekit.services.ticker import Ticker
+from fencekit.services._heartbeat import Heartbeat
+from fencekit.services._reaper import Reaper
+from fencekit.services._sampler import HistorySampler
+from fencekit.services._scheduler import Scheduler
+from fencekit.services._ticker import Ticker
 
 if TYPE_CHECKING:
-    from fencekit.web.serve import WebServer
+    from fencekit.web._serve import WebServer
+    from fencekit.web._views import LoopView
     from fencekit.web.source import ChildView
-    from fencekit.web.views import LoopView
 
 __all__ = ["GRACE_MARGIN", "STOP_STEP", "Placement", "Services"]
 
 STOP_STEP = 5.0  # the most one step of a shutdown may take
 GRACE_MARGIN = 5.0
 """Seconds past ``grace`` a process that runs jobs may take to stop: the pool's supervisor kills
-a child still running then. A consumer gives Redis :data:`~fencekit.consume.returns.RETURN_WAIT`
+a child still running then. A consumer gives Redis :data:`~fencekit.consume._returns.RETURN_WAIT`
 of it, so a ``Server`` or a child whose Redis hangs still stops before ``grace`` + this."""
 
 
@@ -174,9 +174,9 @@ class Services:
         """Start /live /ready /admin /metrics on ``web_port`` (unless None); ConfigError if it is busy."""
         if self.settings["web_port"] is None:
             return
+        from fencekit.web._security import allowed_hosts
+        from fencekit.web._serve import WebServer
         from fencekit.web.app import create_app
-        from fencekit.web.security import allowed_hosts
-        from fencekit.web.serve import WebServer
         from fencekit.web.source import AdminSource
 
         source = AdminSource(
@@ -223,7 +223,7 @@ class Services:
 
     def loop_health(self) -> tuple[LoopView, ...]:
         """Each started loop's rounds, survived errors and liveness (for /metrics)."""
-        from fencekit.web.views import LoopView
+        from fencekit.web._views import LoopView
 
         return tuple(
             LoopView(loop.name, loop.runs, loop.errors, not task.done())

@@ -43,21 +43,21 @@ Security:
   ``RedisTarget.redacted()``.
 
 The package, by job: :mod:`~fencekit.web.app` (the app and its handlers),
-:mod:`~fencekit.web.security` (the checks above), :mod:`~fencekit.web.pages`
+:mod:`~fencekit.web._security` (the checks above), :mod:`~fencekit.web._pages`
 (HTML from the Jinja2 templates in ``templates/``, autoescaped; the charts
-drawn as inline SVG by :mod:`~fencekit.web.charts` from what
-:mod:`~fencekit.web.graphs` picks out of the history),
-:mod:`~fencekit.web.metrics` (the Prometheus collector),
-:mod:`~fencekit.web.source` (the one reader of Redis; :mod:`~fencekit.web.views`
-the values it returns) and :mod:`~fencekit.web.serve` (uvicorn in the host's
+drawn as inline SVG by :mod:`~fencekit.web._charts` from what
+:mod:`~fencekit.web._graphs` picks out of the history),
+:mod:`~fencekit.web._metrics` (the Prometheus collector),
+:mod:`~fencekit.web.source` (the one reader of Redis; :mod:`~fencekit.web._views`
+the values it returns) and :mod:`~fencekit.web._serve` (uvicorn in the host's
 event loop). A ``Server`` or a pool builds its web server in
 :meth:`fencekit.runtime.services.Services.start_web`.
 """
 
 from __future__ import annotations
 
+from fencekit.web._serve import WebServer
 from fencekit.web.app import create_app
-from fencekit.web.serve import WebServer
 from fencekit.web.source import AdminSource, DurationHistogram
 
 __all__ = [

@@ -3,7 +3,7 @@
 Handlers are methods of :class:`_Admin`, which holds what ``create_app``
 was given; two wrappers add the checks: :meth:`_Admin.guarded` (Basic Auth)
 and :meth:`_Admin.checked_post` (same origin, CSRF token, a known queue).
-Every HTML response carries :data:`~fencekit.web.security.SECURITY_HEADERS`.
+Every HTML response carries :data:`~fencekit.web._security.SECURITY_HEADERS`.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from starlette.routing import Route
 from fencekit._redis.keys import is_jid, validate_queue
 from fencekit.errors import ConfigError, StoreError
 from fencekit.jobs.history import WINDOWS, History
-from fencekit.web.metrics import Metrics
-from fencekit.web.pages import render_confirm, render_dashboard, render_error, render_history, render_job
-from fencekit.web.security import (
+from fencekit.web._metrics import Metrics
+from fencekit.web._pages import render_confirm, render_dashboard, render_error, render_history, render_job
+from fencekit.web._security import (
     SECURITY_HEADERS,
     Credentials,
     host_allowed,

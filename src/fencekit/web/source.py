@@ -15,7 +15,7 @@ exactly what ``Client``/``Queue`` would report:
 3. the newest dead letters of the queues that have any, and the periodic
    schedules registered in the known queues (``queue.schedules``).
 
-Consumers are read as :class:`~fencekit.jobs.registry.ConsumerRecord` values,
+Consumers are read as :class:`~fencekit.jobs._registry.ConsumerRecord` values,
 the record their heartbeats write (one parser for the reaper and the pages).
 Two things live outside Redis and are handed in by whoever hosts the web
 app: pool children (a callable the supervisor provides, returning
@@ -47,17 +47,17 @@ from fencekit._redis.keys import DEFAULT_PREFIX, KeySpace, validate_queue
 from fencekit._redis.run import as_text, translated
 from fencekit._redis.steps import Batch, Op, adrive, arun_batch, cmd
 from fencekit._redis.url import RedisTarget, parse_url
-from fencekit.consume.settle import in_flight
+from fencekit.consume._settle import in_flight
 from fencekit.errors import StoreError
+from fencekit.jobs._registry import ConsumerRecord, known_queues
 from fencekit.jobs.histogram import DurationHistogram
 from fencekit.jobs.history import History, HistoryBucket, read_histories
 from fencekit.jobs.records import JobInfo
-from fencekit.jobs.registry import ConsumerRecord, known_queues
+from fencekit.produce._results import cancel_job, read_job
 from fencekit.produce.handle import DeadLetter, Queue, QueueStats, ScheduledTask
-from fencekit.produce.results import cancel_job, read_job
 from fencekit.produce.schedules import schedules_steps
 from fencekit.settings import ClientSettings, defaults
-from fencekit.web.views import (
+from fencekit.web._views import (
     ChildView,
     ConsumerView,
     LoopView,

@@ -24,7 +24,7 @@ open. The node is then left alone for a short back-off (100 ms doubling to
 hangs does not hold up the others' work on every turn), and the slot map is
 read again from the nodes still answering, so a replica the cluster promotes
 is found without waiting for a ``MOVED``. The consumer reconciles the queues
-of that node only (:mod:`fencekit.consume.consumer`).
+of that node only (:mod:`fencekit.consume._consumer`).
 
 The connections being opened and the slot map being read again are tasks
 of the link's :class:`~fencekit._aio.scope.TaskScope` (several callers may

@@ -11,7 +11,7 @@ A stop gives Redis :data:`RETURN_WAIT` once the grace is over: past it
 waits -- a Redis that does not answer, or a job that ignores its
 cancellation -- and what it holds stays in flight for a reaper.
 
-:class:`Returns` is a base class of :class:`~fencekit.consume.consumer.Consumer`
+:class:`Returns` is a base class of :class:`~fencekit.consume._consumer.Consumer`
 (which owns the state named below).
 """
 
@@ -27,10 +27,10 @@ from fencekit._redis import scripts
 from fencekit._redis.keys import KeySpace
 from fencekit._redis.link import Link
 from fencekit._redis.run import NodeLost
-from fencekit.consume import settle
-from fencekit.consume.outbox import Outbox, Turn
-from fencekit.consume.perform import ConsumerStats
-from fencekit.consume.settle import Retention
+from fencekit.consume import _settle as settle
+from fencekit.consume._outbox import Outbox, Turn
+from fencekit.consume._perform import ConsumerStats
+from fencekit.consume._settle import Retention
 from fencekit.errors import StoreError
 
 __all__ = ["RETURN_WAIT", "Returns"]

@@ -3,10 +3,10 @@
 It hosts the components that are not the hot path -- heartbeats for its
 children, the reaper, the scheduler, the web server (:mod:`fencekit.runtime.services`,
 the same assembly a ``Server`` uses) -- in its own event loop, and one child
-per slot runs the consumer (:mod:`fencekit.pool.child`).
+per slot runs the consumer (:mod:`fencekit.pool._child`).
 
 Children are started by ``fork`` (the command-line pool) or by exec (a pool
-embedded in a host that may have threads; :mod:`fencekit.pool.children`).
+embedded in a host that may have threads; :mod:`fencekit.pool._children`).
 The supervisor learns of a death at once through a pidfd registered with the
 loop -- never ``waitpid(-1)``, which would steal a host's children -- returns
 the dead child's in-flight tasks immediately (a crash is a failed attempt
@@ -14,7 +14,7 @@ under the retry policy) and restarts the slot, with a back-off that grows
 while the slot keeps dying soon after starting. A child whose loop stops
 ticking its liveness slot for ``hang_timeout`` is killed and handled as dead,
 after one log record that names the tasks it ran and its stack
-(:mod:`fencekit.pool.stall`, bounded to about half a second).
+(:mod:`fencekit.pool._stall`, bounded to about half a second).
 A child that fails while booting stops the whole pool with
 :attr:`~fencekit.runtime.exits.ExitCode.BOOT`.
 
@@ -39,8 +39,8 @@ then cancelled), the stops and restarts signals ask for (awaited by
 This module is the children's lifecycle and the signals; two parts live
 beside it as base classes of :class:`Supervisor`: the children's liveness
 (ready, the hung child's report and kill, systemd's watchdog:
-:mod:`fencekit.pool.liveness`) and what it tells the shared services
-(:mod:`fencekit.pool.placement`).
+:mod:`fencekit.pool._liveness`) and what it tells the shared services
+(:mod:`fencekit.pool._placement`).
 """
 
 from __future__ import annotations
@@ -58,22 +58,22 @@ from fencekit._aio.scope import TaskScope
 from fencekit._redis.keys import KeySpace
 from fencekit._redis.url import parse_url
 from fencekit.errors import ConfigError, StoreError
+from fencekit.jobs._registry import consumer_id
 from fencekit.jobs.functions import attach_client
 from fencekit.jobs.histogram import QueueDurations
-from fencekit.jobs.registry import consumer_id
 from fencekit.jobs.worker import WorkerRegistry
-from fencekit.pool import sdnotify
-from fencekit.pool.board import Board
-from fencekit.pool.child import ChildConfig
-from fencekit.pool.children import (
+from fencekit.pool import _sdnotify as sdnotify
+from fencekit.pool._board import Board
+from fencekit.pool._child import ChildConfig
+from fencekit.pool._children import (
     Child,
     ChildState,
     restart_delay,
 )
-from fencekit.pool.liveness import Liveness
-from fencekit.pool.placement import PoolPlacement
-from fencekit.pool.stall import StackFile
-from fencekit.pool.watch import HANG_CHECK, HangWatch
+from fencekit.pool._liveness import Liveness
+from fencekit.pool._placement import PoolPlacement
+from fencekit.pool._stall import StackFile
+from fencekit.pool._watch import HANG_CHECK, HangWatch
 from fencekit.produce.client import Client
 from fencekit.runtime.app import App
 from fencekit.runtime.exits import ExitCode
@@ -83,7 +83,7 @@ from fencekit.services.drain import BurstWatch, Observation
 from fencekit.settings import PoolSettings
 
 if TYPE_CHECKING:
-    from fencekit.web.serve import WebServer
+    from fencekit.web._serve import WebServer
 
 __all__ = ["Supervisor"]
 

@@ -1,17 +1,17 @@
 """Hang detection: a child whose event loop stops ticking its board slot is killed.
 
 A child's loop writes a timestamp into its slot of the shared
-:class:`~fencekit.pool.board.Board` every :data:`~fencekit.pool.board.TICK`;
+:class:`~fencekit.pool._board.Board` every :data:`~fencekit.pool._board.TICK`;
 a side thread could tick for a process whose loop is stuck, so the loop
 itself does it (gunicorn's heartbeat file, without the file system). The
 supervisor checks every :data:`HANG_CHECK` seconds; when the check itself
 ran late (the whole pool was stopped, SIGSTOP or a suspended VM), its
 children were stopped too, so silence is counted from that moment on.
 
-A serving child silent for longer than :func:`~fencekit.pool.stall.stall_threshold`
+A serving child silent for longer than :func:`~fencekit.pool._stall.stall_threshold`
 is *stalled* (:meth:`HangWatch.stalled_for`, shown on the admin page before
 the kill); one silent for ``timeout`` is handed to ``kill``, which explains
-the stall (:mod:`fencekit.pool.stall`) and kills it. The silence is measured
+the stall (:mod:`fencekit.pool._stall`) and kills it. The silence is measured
 in this one place for both.
 """
 
@@ -21,9 +21,9 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
-from fencekit.pool.board import Board
-from fencekit.pool.children import Child, ChildState
-from fencekit.pool.stall import stall_threshold
+from fencekit.pool._board import Board
+from fencekit.pool._children import Child, ChildState
+from fencekit.pool._stall import stall_threshold
 
 __all__ = ["HANG_CHECK", "HangWatch"]
 

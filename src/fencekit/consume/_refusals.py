@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 
-from fencekit.consume.perform import ConsumerStats
+from fencekit.consume._perform import ConsumerStats
 
 __all__ = ["Refusals"]
 

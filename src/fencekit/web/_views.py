@@ -1,7 +1,7 @@
 """What one read of Redis becomes: :class:`Snapshot` and the views it is made of.
 
 A consumer's registry record is parsed leniently by
-:meth:`~fencekit.jobs.registry.ConsumerRecord.from_json`, so one odd record
+:meth:`~fencekit.jobs._registry.ConsumerRecord.from_json`, so one odd record
 does not break the page: a field that is missing or of the wrong type shows
 as unknown.
 """
@@ -11,9 +11,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from fencekit.jobs._registry import ConsumerRecord
 from fencekit.jobs.histogram import DurationHistogram
 from fencekit.jobs.records import JobInfo
-from fencekit.jobs.registry import ConsumerRecord
 from fencekit.produce.handle import DeadLetter, QueueStats, ScheduledTask
 from fencekit.produce.schedules import ScheduleInfo
 

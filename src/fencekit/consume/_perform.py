@@ -1,6 +1,6 @@
 """Running one claimed task: decode it, find its worker, run ``perform``, record the outcome.
 
-The outcome goes to the consumer's :class:`~fencekit.consume.outbox.Outbox`,
+The outcome goes to the consumer's :class:`~fencekit.consume._outbox.Outbox`,
 never straight to Redis: success is an ack; an exception, or a run past its
 ``timeout``, is a retry after the policy's delay or, once retries are spent,
 a failure (logged with its traceback); a task past its ``expires`` time is
@@ -11,7 +11,7 @@ a dead letter with its reason (invariant I7). Inside ``perform``,
 
 A worker with a :class:`~fencekit.jobs.worker.Invocation` (a task function,
 or a sync ``perform``) is run through it, sync code in the consumer's
-:class:`~fencekit.consume.threads.SyncRunner`; an async class worker is awaited
+:class:`~fencekit.consume._threads.SyncRunner`; an async class worker is awaited
 directly, at the cost of one ``is None`` test.
 """
 
@@ -29,15 +29,15 @@ from fencekit._aio.scope import TaskScope
 from fencekit._log import JobLines
 from fencekit._redis.keys import KeySpace
 from fencekit._redis.scripts import Call
+from fencekit.consume._observe import Observer
+from fencekit.consume._outbox import Outbox
+from fencekit.consume._outcomes import Outcomes
+from fencekit.consume._settle import Retention
+from fencekit.consume._threads import DEFAULT_SYNC_CONCURRENCY, SyncRunner
 from fencekit.consume.job import Job, JobSite, fenced_writes, set_current
-from fencekit.consume.observe import Observer
-from fencekit.consume.outbox import Outbox
-from fencekit.consume.outcomes import Outcomes
-from fencekit.consume.settle import Retention
-from fencekit.consume.threads import DEFAULT_SYNC_CONCURRENCY, SyncRunner
 from fencekit.errors import PayloadError
 from fencekit.jobs import codec
-from fencekit.jobs.binding import Unbound
+from fencekit.jobs._binding import Unbound
 from fencekit.jobs.histogram import DurationHistogram, QueueDurations
 from fencekit.jobs.worker import WorkerRegistry, WorkerSpec
 from fencekit.primitives.fence import FenceRules

@@ -11,7 +11,7 @@ whose rate limit has no token is not claimed from until it has:
 and wake the loop, so acks batch by themselves under load.
 
 An idle consumer blocks in ``BLPOP`` on the queues' wake keys over a second
-connection (:mod:`fencekit.consume.waker`), so it starts a task within about a
+connection (:mod:`fencekit.consume._waker`), so it starts a task within about a
 millisecond of its enqueue.
 
 This module is the loop and the consumer's lifetime (start, stop, running
@@ -20,10 +20,10 @@ the cancel listener, the deadline watch -- is a task of its
 :class:`~fencekit._aio.scope.TaskScope` (nested in its host's), closed when
 :meth:`Consumer.run` ends; three parts live beside it as base classes of
 :class:`Consumer`: building a turn and absorbing its replies
-(:mod:`fencekit.consume.turns`), the idle side of the waker -- the claims
-written behind its ``BLPOP``, rate-limit pauses (:mod:`fencekit.consume.wake_claims`)
+(:mod:`fencekit.consume._turns`), the idle side of the waker -- the claims
+written behind its ``BLPOP``, rate-limit pauses (:mod:`fencekit.consume._wake_claims`)
 -- and giving back what it holds, at a stop within
-:data:`~fencekit.consume.returns.RETURN_WAIT` of the grace (:mod:`fencekit.consume.returns`).
+:data:`~fencekit.consume._returns.RETURN_WAIT` of the grace (:mod:`fencekit.consume._returns`).
 
 Failures: a turn that fails keeps its outcomes for the next turn (an ack that
 did land is refused the second time and counted as ``fenced_out``, never as
@@ -55,17 +55,17 @@ from fencekit._redis.keys import KeySpace
 from fencekit._redis.link import Link, open_link, wait_replicas
 from fencekit._redis.run import Durability
 from fencekit._redis.url import RedisTarget
-from fencekit.consume.cancels import CancelListener
-from fencekit.consume.observe import Observer
-from fencekit.consume.outbox import Outbox
-from fencekit.consume.perform import ConsumerStats, Performer
-from fencekit.consume.refusals import Refusals
-from fencekit.consume.returns import RETURN_WAIT, Returns
-from fencekit.consume.settle import Retention
-from fencekit.consume.threads import DEFAULT_SYNC_CONCURRENCY
-from fencekit.consume.turns import Turns
-from fencekit.consume.wake_claims import WakeClaims
-from fencekit.consume.waker import IDLE_POLL, Waker
+from fencekit.consume._cancels import CancelListener
+from fencekit.consume._observe import Observer
+from fencekit.consume._outbox import Outbox
+from fencekit.consume._perform import ConsumerStats, Performer
+from fencekit.consume._refusals import Refusals
+from fencekit.consume._returns import RETURN_WAIT, Returns
+from fencekit.consume._settle import Retention
+from fencekit.consume._threads import DEFAULT_SYNC_CONCURRENCY
+from fencekit.consume._turns import Turns
+from fencekit.consume._wake_claims import WakeClaims
+from fencekit.consume._waker import IDLE_POLL, Waker
 from fencekit.errors import ConfigError, StoreError
 from fencekit.hooks import FenceKitHooks, check_hooks
 from fencekit.jobs.flow import flow_specs, weighted_order

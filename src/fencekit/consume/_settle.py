@@ -22,7 +22,7 @@ from fencekit._redis import scripts
 from fencekit._redis.keys import KeySpace, is_jid
 from fencekit.errors import PayloadError
 from fencekit.jobs import codec
-from fencekit.jobs.ids import uuid7
+from fencekit.jobs._ids import uuid7
 from fencekit.jobs.records import JobError, encode_error
 from fencekit.jobs.worker import RetryPolicy
 

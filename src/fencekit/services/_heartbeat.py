@@ -1,13 +1,13 @@
 """Heartbeats: keep consumers registered and alive in Redis.
 
 Every beat re-registers each consumer (``heartbeat.lua``: its
-:class:`~fencekit.jobs.registry.ConsumerRecord` in the registry hash, a
+:class:`~fencekit.jobs._registry.ConsumerRecord` in the registry hash, a
 server-clock timestamp in the beats set), so a consumer that was reaped while
 Redis was unreachable is watched again as soon as it is back in touch. Beats
 run ``BEATS_PER_TTL`` times per TTL.
 
 :meth:`Heartbeat.healthy` is the lease of the consumers it beats for
-(:func:`~fencekit.jobs.registry.lease_ok`): they stop claiming when the last
+(:func:`~fencekit.jobs._registry.lease_ok`): they stop claiming when the last
 successful beat is older than half the TTL.
 
 Each beat also reads the store id (``P:{registry}:store``), a random id the
@@ -31,7 +31,7 @@ from fencekit._aio.loops import Backoff, Loop
 from fencekit._redis import scripts
 from fencekit._redis.keys import KeySpace
 from fencekit._redis.run import arun, as_text
-from fencekit.jobs.registry import ConsumerRecord, lease_ok, register_queues
+from fencekit.jobs._registry import ConsumerRecord, lease_ok, register_queues
 
 __all__ = ["BEATS_PER_TTL", "Heartbeat"]
 

@@ -2,7 +2,7 @@
 
 A blocking call inside an ``async def perform`` (``time.sleep``, a sync HTTP
 client, a CPU-bound loop) stops the child's event loop; the hang watch
-(:mod:`fencekit.pool.watch`) then kills it after ``hang_timeout``. A kill
+(:mod:`fencekit.pool._watch`) then kills it after ``hang_timeout``. A kill
 that names neither the task nor the cause leaves the operator guessing, so
 just before the kill the supervisor gathers, each part bounded in time:
 
@@ -44,8 +44,8 @@ from typing import Any, TypeVar
 
 from fencekit._aio.scope import TaskScope
 from fencekit._redis.keys import KeySpace
-from fencekit.consume.settle import in_flight
-from fencekit.pool.board import TICK
+from fencekit.consume._settle import in_flight
+from fencekit.pool._board import TICK
 
 __all__ = [
     "HINT",

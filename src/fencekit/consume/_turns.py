@@ -1,13 +1,13 @@
 """The consumer's turns: what one pipeline sends, and what its replies change.
 
-A turn (:class:`~fencekit.consume.outbox.Turn`) carries the outcomes waiting in
+A turn (:class:`~fencekit.consume._outbox.Turn`) carries the outcomes waiting in
 the outbox and one ``ack_claim.lua`` call for the next queue of the rotation
 (round-robin, or weighted by ``queue_weights``: :mod:`fencekit.jobs.flow`),
 claiming as many tasks as there are free slots. Absorbing its replies counts
 the acks that landed, reports the refused ones (fenced out, I3), starts the
 claimed tasks, marks a queue found empty and pauses a rate-limited one.
 
-:class:`Turns` is a base class of :class:`~fencekit.consume.consumer.Consumer`
+:class:`Turns` is a base class of :class:`~fencekit.consume._consumer.Consumer`
 (which owns the state named below and runs the loop); it lives apart so the
 consumer module keeps one job: the loop and its lifetime.
 """
@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any
 from fencekit._redis import scripts
 from fencekit._redis.keys import QueueKeys
 from fencekit._redis.run import NodeLost, Redirected, TryAgain
-from fencekit.consume.observe import Observer
-from fencekit.consume.outbox import AckClaim, Outbox, Settle, Turn
-from fencekit.consume.perform import ConsumerStats
-from fencekit.consume.refusals import Refusals
-from fencekit.consume.settle import Retention
+from fencekit.consume._observe import Observer
+from fencekit.consume._outbox import AckClaim, Outbox, Settle, Turn
+from fencekit.consume._perform import ConsumerStats
+from fencekit.consume._refusals import Refusals
+from fencekit.consume._settle import Retention
 from fencekit.errors import FencedOutError
 
 if TYPE_CHECKING:

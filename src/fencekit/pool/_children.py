@@ -1,9 +1,9 @@
 """A pool child as the supervisor sees it, and the mechanics of starting one and reading its end.
 
 A slot's process moves through :class:`ChildState`; the supervisor decides
-the moves (:mod:`fencekit.pool.supervisor`), this module only knows how to
+the moves (:mod:`fencekit.pool._supervisor`), this module only knows how to
 start a process -- by ``fork`` with signals blocked around it, or by exec of
-``python -m fencekit.pool.exec_child`` with its config on stdin -- and how
+``python -m fencekit.pool._exec_child`` with its config on stdin -- and how
 to collect and describe its exit status. :func:`child_view` is how a child
 is shown (/admin, /metrics, ``Pool.children``): its state, or *stalled*
 while its loop is silent (an observation of the hang watch, not a move).
@@ -23,12 +23,12 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from fencekit.pool.board import Board
-from fencekit.pool.child import ChildConfig, fork_hygiene, run_and_exit
+from fencekit.pool._board import Board
+from fencekit.pool._child import ChildConfig, fork_hygiene, run_and_exit
 from fencekit.runtime.app import App
 
 if TYPE_CHECKING:
-    from fencekit.web.views import ChildView
+    from fencekit.web._views import ChildView
 
 __all__ = [
     "Child",
@@ -150,7 +150,7 @@ def fork_child(config: ChildConfig, app: App, board: Board, logger: logging.Logg
     """Fork a child running ``config``; returns its pid (the child never returns).
 
     Signals are blocked around the fork so none reaches the child before it
-    has undone the supervisor's handlers (:func:`~fencekit.pool.child.fork_hygiene`).
+    has undone the supervisor's handlers (:func:`~fencekit.pool._child.fork_hygiene`).
     """
     old = signal.pthread_sigmask(signal.SIG_BLOCK, _BLOCKED_AROUND_FORK)
     try:
@@ -164,9 +164,9 @@ def fork_child(config: ChildConfig, app: App, board: Board, logger: logging.Logg
 
 
 def exec_child(config: ChildConfig) -> subprocess.Popen[bytes]:
-    """Start ``python -m fencekit.pool.exec_child``, ``config`` on its stdin (board and stack fds passed)."""
+    """Start ``python -m fencekit.pool._exec_child``, ``config`` on its stdin (board and stack fds passed)."""
     popen = subprocess.Popen(
-        [sys.executable, "-m", "fencekit.pool.exec_child"],
+        [sys.executable, "-m", "fencekit.pool._exec_child"],
         stdin=subprocess.PIPE,
         pass_fds=(config.board_fd,) + ((config.stack_fd,) if config.stack_fd >= 0 else ()),
         env={k: v for k, v in os.environ.items() if k not in _NOT_FOR_CHILDREN},
@@ -217,11 +217,11 @@ def child_view(child: Child, board: Board | None, stalled: float | None) -> Chil
 
     The state is its :class:`ChildState`, except that a serving child whose
     loop has been silent past the stall threshold for ``stalled`` seconds
-    (:meth:`~fencekit.pool.watch.HangWatch.stalled_for`) shows ``"stalled"``,
+    (:meth:`~fencekit.pool._watch.HangWatch.stalled_for`) shows ``"stalled"``,
     not ready: it is alive, but serves nothing until its loop runs again or
     the hang watch kills it.
     """
-    from fencekit.web.views import ChildView  # the web package is loaded lazily (docs/design.md)
+    from fencekit.web._views import ChildView  # the web package is loaded lazily (docs/design.md)
 
     return ChildView(
         pid=child.pid,

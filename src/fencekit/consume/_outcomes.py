@@ -1,13 +1,13 @@
 """What a performed task's outcome becomes: the outbox entry of an ack, a retry, a failure, a drop.
 
-:class:`Outcomes` is a base class of :class:`~fencekit.consume.perform.Performer`
+:class:`Outcomes` is a base class of :class:`~fencekit.consume._perform.Performer`
 (which owns the state declared below and runs the task); it lives apart so the
 performer keeps one job -- running a task and watching its deadline -- while the
 rules of each outcome sit together: a kept result that does not encode fails the
 task, a failed attempt is retried after its policy's delay or fails for good
 (logged with its traceback), an expired task is dropped unrun, and bad input is
 a dead letter with its reason (I7). Each builds its script call with
-:mod:`fencekit.consume.settle` and puts it in the outbox; nothing here talks to Redis.
+:mod:`fencekit.consume._settle` and puts it in the outbox; nothing here talks to Redis.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING
 from fencekit._log import JobLines
 from fencekit._redis.keys import KeySpace
 from fencekit._redis.scripts import RecordedAck
-from fencekit.consume import settle
-from fencekit.consume.observe import Observer
-from fencekit.consume.outbox import Outbox
-from fencekit.consume.settle import Delivery, Retention
+from fencekit.consume import _settle as settle
+from fencekit.consume._observe import Observer
+from fencekit.consume._outbox import Outbox
+from fencekit.consume._settle import Delivery, Retention
 from fencekit.errors import PayloadError
 from fencekit.jobs import codec, records
 from fencekit.jobs.worker import WorkerSpec
@@ -30,7 +30,7 @@ from fencekit.jobs.worker import WorkerSpec
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from fencekit.consume.perform import ConsumerStats
+    from fencekit.consume._perform import ConsumerStats
 
 __all__ = ["Outcomes"]
 

@@ -6,7 +6,7 @@ steps (:mod:`fencekit._redis.steps`) of an enqueue: :meth:`Producer.enqueue_step
 validates and encodes every task (telling the hooks of each outcome),
 registers queue names it has not seen, and yields a :class:`Send` -- the
 caller's tasks, which the asyncio ``Client`` hands to its
-:class:`~fencekit.produce.batching.Coalescer` (one plan per delay for the
+:class:`~fencekit.produce._batching.Coalescer` (one plan per delay for the
 calls made meanwhile) and ``SyncClient`` sends at once;
 :meth:`Producer.send_steps` is one plan's round trip and what its replies
 mean (each task's jid, or its call's error; ``DurabilityError`` when too few
@@ -28,9 +28,9 @@ from fencekit._redis.url import parse_url
 from fencekit.errors import ConfigError, DurabilityError, PayloadError
 from fencekit.hooks import FenceKitHooks, JobEvent, check_hooks
 from fencekit.jobs import codec
-from fencekit.jobs.registry import registering
+from fencekit.jobs._registry import registering
 from fencekit.jobs.task import Task, unix_ms
-from fencekit.produce.enqueue import Enqueued, EnqueuePlan, encode
+from fencekit.produce._enqueue import Enqueued, EnqueuePlan, encode
 from fencekit.settings import ClientSettings
 
 __all__ = ["Producer", "Send", "delay_ms", "first_error"]

@@ -6,9 +6,9 @@ it beats for its children's consumers (those whose state still beats), tells
 the reaper which of them it knows alive, passes each beat's time and Redis's
 data resets to the children through the shared board, and reads their
 running counts and job durations from the board (the durations of exited
-children kept), and shows each child (:func:`fencekit.pool.children.child_view`).
+children kept), and shows each child (:func:`fencekit.pool._children.child_view`).
 
-:class:`PoolPlacement` is a base class of :class:`~fencekit.pool.supervisor.Supervisor`,
+:class:`PoolPlacement` is a base class of :class:`~fencekit.pool._supervisor.Supervisor`,
 which owns the state named below.
 """
 
@@ -18,15 +18,15 @@ import os
 from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING
 
+from fencekit.jobs._registry import ConsumerRecord
 from fencekit.jobs.histogram import DurationHistogram, QueueDurations
-from fencekit.jobs.registry import ConsumerRecord
-from fencekit.pool.board import Board
-from fencekit.pool.children import Child, child_view
-from fencekit.pool.watch import HangWatch
+from fencekit.pool._board import Board
+from fencekit.pool._children import Child, child_view
+from fencekit.pool._watch import HangWatch
 from fencekit.settings import PoolSettings
 
 if TYPE_CHECKING:
-    from fencekit.web.views import ChildView
+    from fencekit.web._views import ChildView
 
 
 class PoolPlacement:

@@ -2,13 +2,13 @@
 
 A child is ready once its board slot says so (``_read_board``). A child whose
 loop stopped ticking for the hang timeout (``hang_timeout``, else the
-heartbeat TTL; measured by :class:`fencekit.pool.watch.HangWatch`) is
+heartbeat TTL; measured by :class:`fencekit.pool._watch.HangWatch`) is
 explained in one ERROR record -- the tasks it ran and its threads' stacks,
-:func:`fencekit.pool.stall.diagnose`, bounded to about half a second -- and
+:func:`fencekit.pool._stall.diagnose`, bounded to about half a second -- and
 killed; its exit is then handled as any death. systemd's watchdog is fed only
 while the heartbeat reaches Redis and every loop of the services runs.
 
-:class:`Liveness` is a base class of :class:`~fencekit.pool.supervisor.Supervisor`,
+:class:`Liveness` is a base class of :class:`~fencekit.pool._supervisor.Supervisor`,
 which owns the state named below.
 """
 
@@ -19,10 +19,10 @@ import signal
 
 from fencekit._aio.scope import TaskScope
 from fencekit._redis.keys import KeySpace
-from fencekit.pool import sdnotify
-from fencekit.pool.board import READY, Board
-from fencekit.pool.children import Child, ChildState
-from fencekit.pool.stall import StackFile, diagnose
+from fencekit.pool import _sdnotify as sdnotify
+from fencekit.pool._board import READY, Board
+from fencekit.pool._children import Child, ChildState
+from fencekit.pool._stall import StackFile, diagnose
 from fencekit.runtime.services import Services
 from fencekit.settings import PoolSettings
 

@@ -1,6 +1,6 @@
 """Which charts the history pages show, made from a :class:`~fencekit.jobs.history.History`.
 
-:mod:`fencekit.web.charts` draws; this module decides what is drawn:
+:mod:`fencekit.web._charts` draws; this module decides what is drawn:
 throughput, failures, depth and durations over a window, all queues summed
 or one queue, and (for all queues) the busiest queues side by side. Counts
 are per bucket (per minute, or per hour over 90 days); a bucket nobody
@@ -17,7 +17,7 @@ from markupsafe import Markup
 
 from fencekit.jobs.histogram import DEFAULT_BUCKETS
 from fencekit.jobs.history import History
-from fencekit.web.charts import Series, time_chart
+from fencekit.web._charts import Series, time_chart
 
 __all__ = ["BUSIEST", "history_charts", "recent_chart"]
 

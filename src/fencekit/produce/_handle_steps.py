@@ -21,11 +21,11 @@ from fencekit._redis.run import as_text
 from fencekit._redis.steps import Batch, Steps, cmd
 from fencekit.errors import PayloadError
 from fencekit.jobs import codec
+from fencekit.jobs._registry import queue_names
 from fencekit.jobs.history import History, histories_steps
 from fencekit.jobs.records import JobInfo, parse
-from fencekit.jobs.registry import queue_names
 from fencekit.jobs.task import Task
-from fencekit.produce import bulk
+from fencekit.produce import _bulk as bulk
 
 __all__ = [
     "DeadLetter",

@@ -37,8 +37,8 @@ from fencekit._redis.keys import MAX_JID, KeySpace, is_jid
 from fencekit._redis.run import as_text
 from fencekit._redis.steps import Batch, Steps, adrive, cmd
 from fencekit.errors import ConfigError, JobCancelled, JobExpired, JobFailed, JobNotFound, StoreError
+from fencekit.jobs._registry import queue_names
 from fencekit.jobs.records import JobInfo, JobStatus, parse
-from fencekit.jobs.registry import queue_names
 
 __all__ = [
     "SAFETY_REREAD",

@@ -1,10 +1,10 @@
 """One pool child: a uvloop event loop running the consumer, nothing else.
 
 A child is started by the supervisor either by ``fork`` (the CLI pool) or by
-exec of ``python -m fencekit.pool.exec_child`` (a pool embedded in a host that may have
+exec of ``python -m fencekit.pool._exec_child`` (a pool embedded in a host that may have
 threads), with a :class:`ChildConfig`. Its heartbeat, reaping and scheduling
 are the supervisor's; it only claims, performs and settles, and its event
-loop ticks its slot of the shared :class:`~fencekit.pool.board.Board` so the
+loop ticks its slot of the shared :class:`~fencekit.pool._board.Board` so the
 supervisor can tell a hung child from a busy one.
 
 Fork hygiene (``docs/design/measurements.md``): a forked child first drops
@@ -45,14 +45,14 @@ from fencekit._log import LineHandler, flush_all
 from fencekit._redis.clients import aclose_client, async_client
 from fencekit._redis.keys import KeySpace
 from fencekit._redis.url import parse_url
-from fencekit.consume.consumer import Consumer
+from fencekit.consume._consumer import Consumer
 from fencekit.errors import ConfigError, FenceKitError, StoreError
-from fencekit.jobs import ids
+from fencekit.jobs import _ids as ids
+from fencekit.jobs._registry import lease_ok
 from fencekit.jobs.functions import attach_client
-from fencekit.jobs.registry import lease_ok
 from fencekit.jobs.worker import WorkerRegistry
-from fencekit.pool.board import READY, STARTING, STOPPING, TICK, Board
-from fencekit.pool.stall import register_stack_dump
+from fencekit.pool._board import READY, STARTING, STOPPING, TICK, Board
+from fencekit.pool._stall import register_stack_dump
 from fencekit.produce.client import Client
 from fencekit.runtime.app import App, load_app, load_worker_paths
 from fencekit.runtime.exits import ExitCode
@@ -95,7 +95,7 @@ class ChildConfig:
     """The queues whose job durations the board's slots hold, in order."""
     stack_fd: int = -1
     """The slot's stack file: faulthandler dumps every thread there on
-    :data:`~fencekit.pool.stall.STACK_SIGNAL` (:mod:`fencekit.pool.stall`); -1 for none."""
+    :data:`~fencekit.pool._stall.STACK_SIGNAL` (:mod:`fencekit.pool._stall`); -1 for none."""
 
     def to_json(self) -> bytes:
         return orjson.dumps(

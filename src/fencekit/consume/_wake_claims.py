@@ -1,7 +1,7 @@
 """Waking the consumer's loop: the waker's callbacks, the claims written behind its ``BLPOP``, pauses.
 
 An idle consumer (every queue found empty) blocks in ``BLPOP`` on its
-queues' wake keys over a second connection (:mod:`fencekit.consume.waker`).
+queues' wake keys over a second connection (:mod:`fencekit.consume._waker`).
 This part of the consumer decides when that wait is wanted, which
 ``ack_claim.lua`` calls the waker may write behind the ``BLPOP`` (so the
 claimed tasks arrive with the wake-up: one round trip, "Idle latency" in
@@ -15,7 +15,7 @@ lease, not stopping, over the lean link and with at most
 are absorbed; a wake connection lost with claims written makes the consumer
 reconcile (they may have run).
 
-:class:`WakeClaims` is a base class of :class:`~fencekit.consume.consumer.Consumer`,
+:class:`WakeClaims` is a base class of :class:`~fencekit.consume._consumer.Consumer`,
 which owns the state named below.
 """
 
@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, Any
 
 from fencekit._redis import scripts
 from fencekit._redis.link import Link
-from fencekit.consume.observe import Observer
-from fencekit.consume.outbox import AckClaim
-from fencekit.consume.perform import ConsumerStats
-from fencekit.consume.waker import WAKE_CLAIM_QUEUES, Waker
+from fencekit.consume._observe import Observer
+from fencekit.consume._outbox import AckClaim
+from fencekit.consume._perform import ConsumerStats
+from fencekit.consume._waker import WAKE_CLAIM_QUEUES, Waker
 
 
 class WakeClaims:
@@ -76,7 +76,7 @@ class WakeClaims:
             self._waker.wanted.clear()
 
     def _wake_claims(self) -> list[tuple[AckClaim, scripts.Call]] | None:
-        """Claims the waker may write behind its BLPOP (:mod:`fencekit.consume.waker`), or None.
+        """Claims the waker may write behind its BLPOP (:mod:`fencekit.consume._waker`), or None.
 
         Only while idle, lease fresh, not stopping, over the lean link and
         with at most ``WAKE_CLAIM_QUEUES`` queues; the free slots are shared

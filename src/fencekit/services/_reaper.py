@@ -28,11 +28,11 @@ from fencekit._redis import scripts
 from fencekit._redis.keys import KeySpace
 from fencekit._redis.run import arun, as_text, translated
 from fencekit._redis.steps import apipeline
-from fencekit.consume import settle
-from fencekit.consume.observe import event_of_raw
-from fencekit.consume.settle import Delivery, Retention
+from fencekit.consume import _settle as settle
+from fencekit.consume._observe import event_of_raw
+from fencekit.consume._settle import Delivery, Retention
 from fencekit.hooks import FenceKitHooks, check_hooks
-from fencekit.jobs.registry import ConsumerRecord, known_queues
+from fencekit.jobs._registry import ConsumerRecord, known_queues
 from fencekit.jobs.worker import WorkerRegistry
 
 __all__ = ["REAPS_PER_TTL", "Reaper"]

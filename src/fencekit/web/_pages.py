@@ -21,7 +21,7 @@ from markupsafe import Markup
 
 from fencekit.jobs.history import WINDOWS, History
 from fencekit.jobs.records import JobInfo
-from fencekit.web.graphs import history_charts, recent_chart
+from fencekit.web._graphs import history_charts, recent_chart
 from fencekit.web.source import DurationHistogram, Snapshot
 
 __all__ = ["render_confirm", "render_dashboard", "render_error", "render_history", "render_job"]

@@ -21,7 +21,7 @@ from fencekit._redis.keys import KeySpace, is_jid
 from fencekit._redis.run import as_text
 from fencekit.errors import PayloadError
 from fencekit.hooks import FenceKitHooks
-from fencekit.jobs.ids import uuid7
+from fencekit.jobs._ids import uuid7
 from fencekit.jobs.task import Task
 
 __all__ = ["EnqueuePlan", "Enqueued", "encode"]
