@@ -7,7 +7,7 @@ Redis (``bench.fk.drain``) -- and prints every figure and the ratio of the
 medians, this ÷ other. Alternating rounds spread a shared machine's noise
 over both sides; compare the ratios, not the absolute figures.
 
-    python -m bench.ab ../fencekit-main --rounds 3 --n 200000 [--op fenced] [--level INFO]
+    python -m bench.ab ../fencekit-main --rounds 3 --n 200000 [--op fenced] [--level INFO] [--case Server]
 
 ``--op`` picks the job (``noop``, ``fenced``, ... of ``bench.apps``) and
 ``--level`` the pool's log level (WARNING by default; INFO logs each job's
@@ -61,19 +61,21 @@ def main() -> None:
         "--op", default="noop", help="the job: an operation of bench.apps (noop, fenced, ...)"
     )
     parser.add_argument("--level", default="WARNING", help="the pool's log level")
+    parser.add_argument("--case", default="", help="only the cases whose label contains this (e.g. Server)")
     args = parser.parse_args()
+    cases = [case for case in CASES if args.case in case[0]]
     here = Path(__file__).resolve().parents[1]
     sides = {"this": here, "other": args.other.resolve()}
     figures: dict[tuple[str, str], list[float]] = {}
     for _ in range(args.rounds):
         for side, root in sides.items():
-            for label, procs, server in CASES:
+            for label, procs, server in cases:
                 rate = in_checkout(root, args.n, procs, server, args.op, args.level)
                 figures.setdefault((side, label), []).append(rate)
                 print(f"{side:5} {label}: {rate:,.0f} jobs/s", file=sys.stderr, flush=True)
     print(f"| drain, {args.n:,} no-op tasks, -c 128 | other | this | this ÷ other (medians) |")
     print("|---|---|---|---|")
-    for label, _, _ in CASES:
+    for label, _, _ in cases:
         other, this = figures[("other", label)], figures[("this", label)]
         ratio = statistics.median(this) / statistics.median(other)
         print(

@@ -321,6 +321,9 @@ class MasterWatch:
                         self._tell(self.view.event(channel, data, time.monotonic()))
             except (RedisError, OSError):
                 self._poll_now.set()  # announcements may have been missed while it was down
+            except Exception as exc:  # e.g. a RuntimeError of a transport closed under the call
+                log.warning("sentinel %s:%s: subscription failed, again in %.1fs: %r", host, port, delay, exc)
+                self._poll_now.set()
             finally:
                 await _close_all(pubsub, client)
             await asyncio.sleep(delay)
