@@ -55,7 +55,7 @@ def test_a_line_becomes_a_task_with_every_field_and_its_delay() -> None:
         ({"queue": "q", "operation": "op", "delay": -1}, "delay must be a non-negative number"),
         ({"queue": "q", "operation": "op", "delay": True}, "delay must be a non-negative number"),
         ({"queue": "a b", "operation": "op"}, "queue"),
-        ({"queue": "q", "operation": "op", "jid": "a b"}, "jid must be"),
+        ({"queue": "q", "operation": "op", "jid": "a b"}, "jid must not contain ' '"),
         ({"queue": "q", "operation": "op", "params": {"big": "x" * 2000}}, "above max_payload"),
     ],
 )

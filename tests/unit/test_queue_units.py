@@ -759,13 +759,17 @@ def test_every_queue_builder_in_fencekit_lua_is_covered() -> None:
     assert {b for b in builders if not is_primitive(b)} == set(every_call(KeySpace(), "q"))
 
 
-def test_a_jid_is_printable_characters_without_whitespace_over_every_code_point() -> None:
-    """is_jid's one-scan rule equals its definition, for each character Python knows."""
-    from fencekit._redis.keys import MAX_JID, is_jid
+def test_a_jid_is_printable_characters_without_whitespace_quote_or_backslash_over_every_code_point() -> None:
+    """is_jid's scans equal its definition, for each character Python knows; jid_error names it."""
+    from fencekit._redis.keys import MAX_JID, is_jid, jid_error
 
     for code in range(sys.maxunicode + 1):
         ch = chr(code)
-        assert is_jid(f"a{ch}b") == (ch.isprintable() and not ch.isspace()), hex(code)
+        usable = ch.isprintable() and not ch.isspace() and ch not in '"\\'
+        assert is_jid(f"a{ch}b") == usable, hex(code)
+        assert (jid_error(f"a{ch}b") is None) == usable, hex(code)
+        if not usable:
+            assert f"must not contain {ch!r}" in str(jid_error(f"a{ch}b")), hex(code)
     assert is_jid("order-42:€")
     assert is_jid("x" * MAX_JID)
     assert not is_jid("x" * (MAX_JID + 1))

@@ -108,15 +108,42 @@ def validate_name(name: object, label: str) -> str:
 MAX_JID = 200
 
 
+JID_RULE = f'1 to {MAX_JID} printable characters without whitespace, " or \\'
+"""What :func:`is_jid` accepts, as error messages say it."""
+
+
 def is_jid(value: object) -> TypeGuard[str]:
-    """True for a usable jid: 1 to :data:`MAX_JID` printable characters, none of them whitespace.
+    """True for a usable jid: 1 to :data:`MAX_JID` printable characters, no whitespace, ``"`` or ``\\``.
 
     A jid becomes part of a key (the job's fence), a log line and an admin
-    page, so anything else is refused at enqueue and dead-lettered at decode.
+    page, and the scripts find a task by ``{"jid":"<jid>"`` at the start of its
+    envelope: ``"`` and ``\\`` are the two printable characters JSON escapes
+    (orjson writes every other one as is), so a jid holding one would be
+    written differently from the needle. Anything else is refused at every
+    entrance (:func:`jid_error`) and dead-lettered at decode.
     """
     # Every whitespace character but the ASCII space is already not printable (checked over
-    # all code points in tests/unit/test_queue_units.py), so this is one C-level scan, not a loop.
-    return isinstance(value, str) and 0 < len(value) <= MAX_JID and value.isprintable() and " " not in value
+    # all code points in tests/unit/test_queue_units.py), so these are C-level scans, not a loop.
+    return (
+        isinstance(value, str)
+        and 0 < len(value) <= MAX_JID
+        and value.isprintable()
+        and " " not in value
+        and '"' not in value
+        and "\\" not in value
+    )
+
+
+def jid_error(value: object, field: str = "jid") -> str | None:
+    """Why ``value`` is not a usable jid, naming the first bad character (None: it is one)."""
+    if is_jid(value):
+        return None
+    if not isinstance(value, str):
+        return f"{field} must be a str ({JID_RULE}), got {type(value).__name__} {value!r}"
+    if not 0 < len(value) <= MAX_JID:
+        return f"{field} must be {JID_RULE}, got {len(value)} characters"
+    bad = next(c for c in value if c in ' "\\' or not c.isprintable())
+    return f"{field} must not contain {bad!r} ({JID_RULE}), got {value!r}"
 
 
 def validate_prefix(prefix: object) -> str:

@@ -31,7 +31,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from fencekit._redis.keys import MAX_JID, is_jid
+from fencekit._redis.keys import JID_RULE, is_jid
 from fencekit.errors import PayloadError
 
 __all__ = [
@@ -246,7 +246,7 @@ def decode(raw: bytes | str) -> Envelope:
     attempt = data.get("attempt", 0)
     enqueued_at = data.get("enqueued_at", 0)
     if not is_jid(jid):
-        raise PayloadError(f"field 'jid' must be 1 to {MAX_JID} printable characters without whitespace")
+        raise PayloadError(f"field 'jid' must be {JID_RULE}")
     if not isinstance(queue, str) or not queue:
         raise PayloadError("field 'queue' must be a non-empty string")
     if not isinstance(operation, str) or not operation:
@@ -271,7 +271,7 @@ def decode(raw: bytes | str) -> Envelope:
         raise PayloadError("field 'keep' must be a positive integer (ms)")
     unique = data.get("unique")
     if unique is not None and not is_jid(unique):
-        raise PayloadError("field 'unique' must be a unique key: printable characters without whitespace")
+        raise PayloadError(f"field 'unique' must be a unique key: {JID_RULE}")
     trace = data.get("trace")
     if trace is not None and not (isinstance(trace, str) and 0 < len(trace) <= MAX_TRACE):
         raise PayloadError(f"field 'trace' must be a trace context: a string of 1 to {MAX_TRACE} characters")

@@ -39,6 +39,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import orjson
 from croniter import croniter
 
+from fencekit._redis.keys import jid_error
 from fencekit.errors import ConfigError
 
 __all__ = [
@@ -228,6 +229,8 @@ def schedule_of(
         return None
     if cron is not None and every is not None:
         raise ConfigError(f"{label}: attribute 'every': give either 'cron' or 'every', not both")
+    if (problem := jid_error(f"cron:{operation}:0", "a run's jid")) is not None:
+        raise ConfigError(f"{label}: attribute 'operation' cannot name periodic runs: {problem}")
     tz = options.get("cron_tz", "UTC")
     if not isinstance(tz, str) or not tz:
         raise ConfigError(f"{label}: attribute 'cron_tz' must be an IANA time zone name, got {tz!r}")

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from fencekit._redis.keys import MAX_JID, is_jid, validate_queue
+from fencekit._redis.keys import jid_error, validate_queue
 from fencekit.errors import PayloadError
 from fencekit.jobs import codec
 from fencekit.jobs._ids import uuid7
@@ -67,10 +67,8 @@ class Task:
             raise PayloadError(f"attempt must be a non-negative int, got {self.attempt!r}")
         if self.jid is None:
             self.jid = uuid7()
-        elif not is_jid(self.jid):
-            raise PayloadError(
-                f"jid must be 1 to {MAX_JID} printable characters without whitespace, got {self.jid!r}"
-            )
+        elif (problem := jid_error(self.jid)) is not None:
+            raise PayloadError(problem)
         codec.check_params(self.params)
         if self.priority != codec.DEFAULT_PRIORITY and not codec.is_priority(self.priority):
             raise PayloadError(
@@ -161,10 +159,8 @@ def unix_ms(when: datetime, label: str) -> int:
 
 
 def _check_unique(key: object) -> None:
-    if not is_jid(key):
-        raise PayloadError(
-            f"unique_key must be 1 to {MAX_JID} printable characters without whitespace, got {key!r}"
-        )
+    if (problem := jid_error(key, "unique_key")) is not None:
+        raise PayloadError(problem)
 
 
 def _timeout(value: float | timedelta | None) -> float | None:

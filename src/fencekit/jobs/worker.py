@@ -224,6 +224,11 @@ def inspect_worker(worker: object) -> WorkerSpec:
         value = getattr(worker, attr, None)
         if not isinstance(value, str) or not value:
             raise ConfigError(f"worker {name}: attribute {attr!r} must be a non-empty str, got {value!r}")
+    if '"' in worker.operation or "\\" in worker.operation:  # type: ignore[attr-defined]
+        # the scripts read the operation out of the envelope, where JSON escapes these two
+        raise ConfigError(
+            f"worker {name}: attribute 'operation' must not contain '\"' or '\\\\', got {worker.operation!r}"  # type: ignore[attr-defined]
+        )
     try:
         queue = validate_queue(worker.queue)  # type: ignore[attr-defined]
     except ConfigError as exc:

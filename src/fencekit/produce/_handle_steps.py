@@ -16,10 +16,10 @@ from typing import Any, cast
 import orjson
 
 from fencekit._redis import scripts
-from fencekit._redis.keys import KeySpace, QueueKeys, is_jid
+from fencekit._redis.keys import KeySpace, QueueKeys, is_jid, jid_error
 from fencekit._redis.run import as_text
 from fencekit._redis.steps import Batch, Steps, cmd
-from fencekit.errors import PayloadError
+from fencekit.errors import ConfigError, PayloadError
 from fencekit.jobs import codec
 from fencekit.jobs._registry import queue_names
 from fencekit.jobs.history import History, histories_steps
@@ -227,6 +227,8 @@ def dead_count(qk: QueueKeys) -> Steps[int]:
 
 
 def run_now(qk: QueueKeys, jid: str) -> Steps[bool]:
+    if (problem := jid_error(jid)) is not None:
+        raise ConfigError(problem)
     call = scripts.run_now(
         scheduled=qk.scheduled, pending=qk.pending, wake=qk.wake, record=qk.job(jid), jid=jid
     )

@@ -33,7 +33,7 @@ import redis.asyncio
 from fencekit._aio.scope import TaskScope
 from fencekit._redis import scripts
 from fencekit._redis.cluster.pubsub import sharded_pubsub
-from fencekit._redis.keys import MAX_JID, KeySpace, is_jid
+from fencekit._redis.keys import KeySpace, jid_error
 from fencekit._redis.run import as_text
 from fencekit._redis.steps import Batch, Steps, adrive, cmd
 from fencekit.errors import ConfigError, JobCancelled, JobExpired, JobFailed, JobNotFound, StoreError
@@ -58,8 +58,8 @@ SAFETY_REREAD = 5.0
 
 
 def _check_jid(jid: str) -> None:
-    if not is_jid(jid):
-        raise ConfigError(f"jid must be 1 to {MAX_JID} printable characters without whitespace, got {jid!r}")
+    if (problem := jid_error(jid)) is not None:
+        raise ConfigError(problem)
 
 
 def _recorded_in(keys: KeySpace, jid: str) -> Steps[tuple[list[str], list[str], list[str]]]:

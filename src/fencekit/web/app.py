@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from fencekit._redis.keys import is_jid, validate_queue
+from fencekit._redis.keys import JID_RULE, is_jid, validate_queue
 from fencekit.errors import ConfigError, StoreError
 from fencekit.jobs.history import WINDOWS, History
 from fencekit.web._metrics import Metrics
@@ -223,7 +223,7 @@ class _Admin:
     async def job_page(self, request: Request) -> Response:
         jid = request.query_params.get("jid", "").strip()
         if not is_jid(jid):
-            return _error(request, 400, "Bad request", "give a jid: printable characters without whitespace")
+            return _error(request, 400, "Bad request", f"give a jid: {JID_RULE}")
         try:
             job = await self.source.job(jid)
         except StoreError as exc:
