@@ -203,6 +203,47 @@ async def test_hosts_with_skewed_clocks_and_a_paused_host_enqueue_each_tick_once
     r.close()
 
 
+async def test_a_late_round_of_the_host_whose_clock_is_ahead_skips_no_tick(
+    private_redis: RedisServer,
+) -> None:
+    """Two tickers driven by hand-set clocks, A's 3 s ahead of B's (B's is Redis's), catch-up off.
+
+    A starts at +3.5 s on its clock, +0.5 s on Redis's: its first round enqueues +1 to
+    +3 s (before: its floor was its own clock's +3.5 s, so +1 to +3 s were enqueued
+    by nobody). A enqueues each tick first; its round at +4.2 s enqueues +4 s. Then A is late
+    (paused, or a loaded machine): B, at +1.2 s, proposes +1 s, refused (not newer
+    than +4 s). A resumes at +7.3 s having seen +4 s last: it proposes +5, +6 and
+    +7 s, and since all three are still ahead of Redis's clock the script enqueues
+    each (before: A proposed only +7 s, and +5, +6 s were enqueued by nobody,
+    B reaching them when they were older than the stored tick). B's later
+    rounds are refused: no tick twice."""
+    newest = Schedule("cron", "skew", None, 1000)
+    base = float(int(time.time()))  # Redis's clock is about here for the whole test
+    clock_a, clock_b = [base + 3.5], [base + 0.5]
+    r = private_redis.client()
+    client = redis.asyncio.Redis.from_url(private_redis.url())
+    logger = logging.getLogger("test.periodic")
+    a = Ticker(client, KeySpace(), [newest], logger, max_payload=2**20, clock=lambda: clock_a[0])
+    b = Ticker(client, KeySpace(), [newest], logger, max_payload=2**20, clock=lambda: clock_b[0])
+    s = int(base) * 1000
+    try:
+        assert await a.round() == 3  # +1, +2, +3 s: after its start on Redis's clock (its floor)
+        assert a.floor_ms < s + 1000
+        clock_a[0] = base + 4.2
+        assert await a.round() == 1  # +4 s, early by Redis's clock
+        clock_b[0] = base + 1.2
+        assert await b.round() == 0  # +1 s is older than +4 s
+        clock_a[0] = base + 7.3
+        assert await a.round() == 3  # +5, +6, +7 s: none of them past on Redis's clock
+        for now in (5.1, 6.1, 7.1):
+            clock_b[0] = base + now
+            assert await b.round() == 0
+    finally:
+        await client.aclose()
+    assert ticks_in_redis(r, "skew") == [s + n * 1000 for n in range(1, 8)]
+    r.close()
+
+
 async def test_a_burst_run_drains_what_is_queued_and_starts_no_periodic_run(
     private_redis: RedisServer,
 ) -> None:

@@ -44,13 +44,14 @@ pytestmark = pytest.mark.slow
 class PeriodicPool:
     """One ``python -m fencekit.pool`` in its own session (SIGSTOP reaches all of it)."""
 
-    def __init__(self, directory: Path, url: str, name: str) -> None:
+    def __init__(self, directory: Path, url: str, name: str, env: dict[str, str] | None = None) -> None:
         self.log = directory / f"pool-{name}.log"
         self._out = self.log.open("wb")
         env = {
             **os.environ,
             "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
             "TEST_RUNS_DIR": str(directory / "runs"),
+            **(env or {}),
         }
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "fencekit.pool", "tests.periodic_app:app", "--procs", "1",
@@ -149,3 +150,72 @@ def test_three_pools_run_each_tick_of_a_one_second_schedule_once(
         outside = [t for t in window if not outage[0] <= t <= outage[1]]
         assert [t for t in outside if t in latest] == outside, (sorted(latest), outage, logs)
         assert len(outside) >= 6
+
+
+FAKETIME = next(
+    (
+        str(p)
+        for p in (
+            Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"),
+            Path("/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1"),
+            Path("/usr/lib/faketime/libfaketime.so.1"),
+        )
+        if p.exists()
+    ),
+    None,
+)
+
+
+def test_a_pool_whose_clock_runs_3_s_ahead_skips_no_tick(tmp_path: Path, aof_redis: RedisServer) -> None:
+    """Two pools on one Redis, pool A's clock 3 s ahead (libfaketime, ``FAKETIME=+3s``), over 12 s.
+
+    The campaign's scenario: A, ahead, enqueues each tick first (up to 3 s early),
+    so the newest tick stored is ahead of B's clock and B's proposals are
+    refused. Whenever one of A's rounds came later than a period (a loaded
+    machine; here: A's process group SIGSTOPped for 2.5 s mid-window), A
+    proposed only its newest tick (``Schedule.due(282000, 0, 285282) ==
+    [285000]``) and the ticks in between were enqueued by nobody (B would reach
+    them 3 s later, when they are no longer newer than the stored tick): 3 to 4
+    of 30 missing. Now a catch-up-off round proposes every missed tick and the
+    script collapses only those already past on Redis's clock. Asserted: A's
+    clock is ahead; every tick of the window run exactly once, for catch-up off
+    and on; none twice.
+    """
+    assert FAKETIME is not None, "libfaketime is missing: apt-get install libfaketime (.ci/run does)"
+    (tmp_path / "runs").mkdir()
+    ahead = {"LD_PRELOAD": FAKETIME, "FAKETIME": "+3s", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+    pools = [
+        PeriodicPool(tmp_path, aof_redis.url(), "A", env=ahead),
+        PeriodicPool(tmp_path, aof_redis.url(), "B"),
+    ]
+    try:
+        for pool in pools:
+            pool.wait_ready()
+        t0 = (int(time.time()) + 2) * 1000
+        window = range(t0, t0 + 12_000, 1000)
+
+        def at(ms: int) -> None:
+            time.sleep(max(0.0, ms / 1000 - time.time()))
+
+        at(t0 + 4000)
+        pools[0].signal_group(signal.SIGSTOP)
+        at(t0 + 6500)
+        pools[0].signal_group(signal.SIGCONT)
+        at(t0 + 12_000 + 1500)
+        counts = runs_of(tmp_path / "runs")
+        enqueued = int(aof_redis.client().hget("fencekit:{cron}:stats", "enqueued") or 0)
+    finally:
+        for pool in pools:
+            pool.stop()
+        logs = "\n".join(p.output()[-2000:] for p in pools)
+    skewed = subprocess.run(
+        [sys.executable, "-c", "import time; print(time.time())"],
+        env={**os.environ, **ahead}, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert float(skewed.stdout) - time.time() > 2.5  # A's clock really was ahead
+    assert all(n == 1 for n in counts.values()), (counts, logs)
+    assert enqueued == len(counts), (enqueued, counts)
+    for operation in ("tick", "tick_all"):
+        ran = ticks(counts, operation)
+        missing = [t - t0 for t in window if t not in ran]
+        assert missing == [], (operation, missing, logs)

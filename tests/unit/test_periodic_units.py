@@ -135,9 +135,12 @@ def test_cron_ticks_are_computed_in_the_schedules_time_zone_through_dst() -> Non
     assert [b - a for a, b in itertools.pairwise(got[1:])] == [1_800_000] * 4
 
 
-def test_catch_up_off_proposes_only_the_newest_missed_tick() -> None:
+def test_catch_up_off_proposes_every_missed_tick_too_and_the_script_collapses_the_past_ones() -> None:
+    """The campaign's case: the host ahead saw 282 s last and wakes at 285.282 s; 283 and 284 s
+    are still ahead of the other hosts' clocks (and Redis's), so nobody else would enqueue them.
+    Which of them are past is Redis's to say (``periodic_enqueue.lua``, test_periodic.py)."""
     s = Schedule("q", "beat", None, 1000)
-    assert s.due(last_ms=10_000, floor_ms=0, now_ms=15_500) == [15_000]
+    assert s.due(last_ms=282_000, floor_ms=0, now_ms=285_282) == [283_000, 284_000, 285_000]
     assert s.due(last_ms=15_000, floor_ms=0, now_ms=15_900) == []
 
 

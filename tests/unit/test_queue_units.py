@@ -644,6 +644,7 @@ def every_call(keys: KeySpace, queue: str) -> dict[str, scripts.Call]:
             wake=qk.wake,
             floor_ms=0,
             keep_ms=1000,
+            collapse=True,
             ticks=[(1000, b"{}", qk.job("cron:beat:1000")), (2000, b"{}", qk.job("cron:beat:2000"))],
         ),
         "history_sample": scripts.history_sample(

@@ -16,13 +16,16 @@ seconds field and follows the zone's offsets through DST with ``zoneinfo``;
 
 Which ticks a round enqueues (:meth:`Schedule.due`); *whether* each is
 enqueued is decided in Redis (``periodic_enqueue.lua``: only ticks newer
-than the last one enqueued by any host), so this only proposes:
-
-- ``cron_catch_up=False``: the newest tick at or before now (after downtime,
-  one run for the missed ticks, not one per tick);
-- ``cron_catch_up=True``: every tick after the last one enqueued, at most
-  :data:`MAX_CATCH_UP_TICKS` (the newest ones) and none older than
-  :data:`MAX_CATCH_UP_AGE`.
+than the last one enqueued by any host), so this only proposes every tick
+after the last one enqueued, at most :data:`MAX_CATCH_UP_TICKS` (the newest
+ones) and none older than :data:`MAX_CATCH_UP_AGE`. With
+``cron_catch_up=False`` the script then collapses the ticks already past on
+*Redis's* clock into the newest of them (after downtime, one run for the
+missed ticks, not one per tick), and enqueues every tick still ahead of it:
+those a host whose clock is ahead proposes early. Collapsing on the host's
+own clock would skip them: the host ahead is the one that enqueues each tick
+first, so a round of it that comes late proposes ticks no other host will
+reach before they are older than the newest stored one.
 
 A schedule's runs are ordinary tasks whose jid is ``cron:<operation>:<tick ms>``
 (:meth:`Schedule.jid`), so ``client.job(jid)`` finds each run.
@@ -129,8 +132,6 @@ class Schedule:
         newest = self.latest(now_ms)
         if newest <= lower:
             return []
-        if not self.catch_up:
-            return [newest]
         lower = max(lower, now_ms - MAX_CATCH_UP_AGE - 1)
         ticks = [newest]
         while len(ticks) < MAX_CATCH_UP_TICKS:

@@ -72,7 +72,8 @@ class Ticker:
         self.logger = logger
         self.max_payload = max_payload
         self.clock = clock
-        self.floor_ms = self._now_ms()  # a schedule no host ran yet starts from here
+        self.floor_ms = self._now_ms()  # a schedule no host ran yet starts from here (see register)
+        self._floor_checked = False
         self.last: dict[str, int | None] = {}  # schedule name -> newest tick enqueued, as last seen
         self.next: dict[str, int] = {}  # schedule name -> the next tick to look at
         self.enqueued = 0  # ticks this loop enqueued
@@ -148,11 +149,19 @@ class Ticker:
             wake=qk.wake,
             floor_ms=self.floor_ms,
             keep_ms=schedule.keep_ms,
+            collapse=not schedule.catch_up,
             ticks=entries,
         )
 
     async def register(self) -> None:
-        """Write the schedules' definitions and read the newest tick of each (raises StoreError)."""
+        """Write the schedules' definitions and read the newest tick of each (raises StoreError).
+
+        The first one also moves :attr:`floor_ms` back to this host's start on
+        Redis's clock when that is earlier: a host whose clock is ahead would
+        otherwise start its schedules up to the skew late, and the ticks
+        between would be enqueued by nobody (the other hosts reach them when
+        they are older than the newest stored tick).
+        """
         ops: list[Any] = []
         written = self._now_ms()
         for schedule in self.schedules:
@@ -160,6 +169,11 @@ class Ticker:
             ops.append(cmd("hset", qk.schedules, schedule.operation, schedule.definition(written)))
             ops.append(cmd("get", qk.cron_last(schedule.operation)))
         replies = await arun_batch(self.client, Batch(ops)) if ops else []
+        if not self._floor_checked:
+            seconds, micros = (await arun_batch(self.client, Batch([cmd("time")])))[0]
+            ahead_ms = self._now_ms() - (int(seconds) * 1000 + int(micros) // 1000)
+            self.floor_ms -= max(0, ahead_ms)
+            self._floor_checked = True
         for schedule, newest in zip(self.schedules, replies[1::2]):
             known = int(as_text(newest)) if newest is not None else None
             mine = self.last.get(schedule.name)  # kept when Redis lost the key: no tick again

@@ -15,7 +15,12 @@
 -- ARGV[1]  floor (ms): when KEYS[1] is missing (a new schedule, or Redis lost
 --          its data), ticks below it are not enqueued
 -- ARGV[2]  retention of a finished run's record in milliseconds
--- ARGV[1+2i], ARGV[2+2i]  tick i (Unix ms, ascending) and its envelope (JSON)
+-- ARGV[3]  1: collapse (catch-up off): of the ticks at or before Redis's clock,
+--          only the newest is enqueued (after downtime, one run for the missed
+--          ticks); a tick after Redis's clock, proposed early by a host whose
+--          clock is ahead, is not a missed tick and is enqueued as it comes.
+--          0: every tick (catch-up on)
+-- ARGV[2+2i], ARGV[3+2i]  tick i (Unix ms, ascending) and its envelope (JSON)
 --
 -- Reply: { enqueued, newest }  how many ticks this call enqueued, and the
 -- newest tick enqueued by anyone (-1: none yet).
@@ -30,16 +35,22 @@ if not stored then
 end
 local newest_text = nil
 local n = 0
-local now = nil
-for i = 1, (#ARGV - 2) / 2 do
-  local text = ARGV[1 + 2 * i]
-  local tick = tonumber(text)
-  if tick > newest and tick >= floor then
-    local record = KEYS[4 + i]
-    local envelope = ARGV[2 + 2 * i]
-    if not now then
-      now = now_ms()
+local count = (#ARGV - 3) / 2
+local now = now_ms()
+local newest_past = 0 -- the index of the newest tick at or before now (0: none)
+if ARGV[3] == '1' then
+  for i = 1, count do
+    if tonumber(ARGV[2 + 2 * i]) <= now then
+      newest_past = i
     end
+  end
+end
+for i = 1, count do
+  local text = ARGV[2 + 2 * i]
+  local tick = tonumber(text)
+  if tick > newest and tick >= floor and (i >= newest_past or tick > now) then
+    local record = KEYS[4 + i]
+    local envelope = ARGV[3 + 2 * i]
     redis.call('DEL', record)
     push_pending(KEYS[2], envelope, false)
     redis.call('HSET', record, 'env', envelope, 'state', 'pending', 'enqueued', now, 'keep', ARGV[2])

@@ -78,12 +78,14 @@ def periodic_enqueue(
     wake: str,
     floor_ms: int,
     keep_ms: int,
+    collapse: bool,
     ticks: Sequence[tuple[int, bytes, str]],
 ) -> Call:
     """Enqueue the ticks newer than the newest enqueued, each ``(tick ms, envelope, record key)``,
-    ascending; reply ``{enqueued, newest}`` (``periodic_enqueue.lua``)."""
+    ascending; with ``collapse``, of those already past on Redis's clock only the newest;
+    reply ``{enqueued, newest}`` (``periodic_enqueue.lua``)."""
     keys = (last, pending, stats, wake, *(record for _, _, record in ticks))
-    args: list[Arg] = [floor_ms, keep_ms]
+    args: list[Arg] = [floor_ms, keep_ms, 1 if collapse else 0]
     for tick, envelope, _ in ticks:
         args += (tick, envelope)
     return call("periodic_enqueue", keys, args)
