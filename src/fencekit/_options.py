@@ -10,7 +10,6 @@ setting: the table is :mod:`fencekit.settings`.
 from __future__ import annotations
 
 import difflib
-import math
 import os
 import types
 from collections.abc import Callable, Iterator, Mapping
@@ -25,6 +24,11 @@ __all__ = ["ENV_PREFIX", "Option", "Setting", "defaults", "describe", "given", "
 ENV_PREFIX = "FENCEKIT_"
 _OFF = frozenset(("", "none", "off", "null"))
 _TRUE = frozenset(("1", "true", "yes", "on"))
+MAX_FLOAT = 1e10
+"""A float setting is above -1e10 and below 1e10 (every one is seconds or a rate): NaN, the
+infinities and 1e308 are refused here, not met later as an OverflowError in a loop."""
+MAX_INT = 2**53
+"""An int setting is an exact double (the scripts read numbers as Lua doubles)."""
 _FALSE = frozenset(("0", "false", "no", "off", ""))
 
 
@@ -137,12 +141,16 @@ class Setting:
                 raise ValueError(f"be True or False, got {value!r}")
             return value
         if base is float:
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ValueError(f"be a number, got {value!r}")
+            if not -MAX_FLOAT < value < MAX_FLOAT:  # NaN too
+                raise ValueError(f"be a number between -1e10 and 1e10, got {value!r}")
             return float(value)
         if base is int:
             if type(value) is not int:
                 raise ValueError(f"be an int, got {value!r}")
+            if not -MAX_INT < value < MAX_INT:
+                raise ValueError(f"be an int between -2**53 and 2**53, got {value!r}")
             return value
         if get_origin(base) is dict:  # a table such as queue_weights: its check validates the items
             if not isinstance(value, dict):

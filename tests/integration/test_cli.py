@@ -249,7 +249,7 @@ def test_enqueue_with_a_held_unique_key_prints_the_holder(redis_url: str) -> Non
         (("--params", '{"to"'), "--params is not valid JSON"),
         (("--params", "[1, 2]"), "--params must be a JSON object"),
         (("--jid", "has space"), "jid must not contain ' ' (1 to 200 printable characters"),
-        (("--delay", "-1"), "delay must be a non-negative number"),
+        (("--delay", "-1"), "delay must be a number of seconds or a timedelta, from 0"),
     ],
     ids=["bad-json", "not-object", "bad-jid", "negative-delay"],
 )

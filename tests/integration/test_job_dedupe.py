@@ -205,7 +205,8 @@ async def test_enqueue_many_dedupes_each_unique_task_and_keeps_the_order(redis_u
 @pytest.mark.parametrize("key", ["", "two words", "tab\\there", "x" * 201, 42])
 async def test_a_bad_unique_key_is_refused_at_enqueue(redis_url: str, key: Any) -> None:
     async with Client(redis_url=redis_url) as client:
-        with pytest.raises(PayloadError, match="unique_key must be 1 to 200 printable characters"):
+        rule = r"unique_key must (be a str \(|not contain .* \(|be )1 to 200 printable characters"
+        with pytest.raises(PayloadError, match=rule):
             await client.enqueue(
                 Task("bad", "op", unique_key=key.replace("\\t", "\t") if isinstance(key, str) else key)
             )

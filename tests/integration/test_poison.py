@@ -34,7 +34,7 @@ BAD_JIDS = ["order 42", "tab\there", "new\nline", "\x00nul", "\ud800lone", "x" *
 async def test_enqueue_refuses_a_jid_that_cannot_be_a_jid(redis_url: str, jid: str) -> None:
     async with Client(redis_url) as client:
         with pytest.raises(
-            PayloadError, match=r"jid must be 1 to 200 printable characters without whitespace"
+            PayloadError, match=r"jid must (not contain .* \(|be )1 to 200 printable characters without"
         ):
             await client.enqueue(Task("poison", "echo", {}, jid=jid))
         assert await client.queue("poison").length() == 0

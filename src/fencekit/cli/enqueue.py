@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import math
 import os
 import stat
 import sys
@@ -39,6 +38,7 @@ import orjson
 
 from fencekit.cli.base import Context, Exit, UsageError, Verb
 from fencekit.errors import FenceKitError, StoreError
+from fencekit.jobs.codec import seconds_in
 from fencekit.jobs.task import Task
 
 __all__ = ["VERBS", "task_of"]
@@ -64,11 +64,15 @@ _FIELDS = frozenset(
 
 
 def _seconds(data: dict[str, Any], name: str) -> float | None:
+    """A duration of the line: the enqueue rule (:func:`~fencekit.jobs.codec.seconds_in`) for
+    ``delay``; the others are a number here and checked by ``Task.envelope`` like any task's."""
     value = data.get(name)
     if value is None:
         return None
-    if type(value) not in (int, float) or not math.isfinite(value) or value < 0:
-        raise ValueError(f"{name} must be a non-negative number of seconds, got {value!r}")
+    if name == "delay":
+        return seconds_in(value, name, zero=True)
+    if type(value) not in (int, float):
+        raise ValueError(f"{name} must be a number of seconds, got {value!r}")
     return float(value)
 
 

@@ -27,6 +27,7 @@ dead letter with its reason (I7 of docs/design.md).
 from __future__ import annotations
 
 import math
+from datetime import timedelta
 from typing import Any, NamedTuple
 
 import orjson
@@ -316,9 +317,31 @@ def is_priority(value: object) -> bool:
     return type(value) is int and MIN_PRIORITY <= value <= MAX_PRIORITY
 
 
+MAX_SECONDS = 1e10
+"""Every duration a user gives is below this many seconds (about 317 years): its milliseconds
+must stay an exact integer score and a datetime (NaN and infinities are refused with it)."""
+
+
+def seconds_in(value: object, label: str, *, zero: bool) -> float:
+    """The seconds of a number or a ``timedelta``, finite, from 0 (``zero``) or above 0, below
+    :data:`MAX_SECONDS`; :class:`PayloadError` names ``label`` and the range otherwise.
+
+    The one rule of every duration at an entrance (``delay``, ``timeout``,
+    ``expires``, ``keep_result``, ``unique_for``).
+    """
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if type(seconds) in (int, float) and (seconds >= 0 if zero else seconds > 0) and seconds < MAX_SECONDS:  # type: ignore[operator]
+        return float(seconds)  # type: ignore[arg-type]
+    low = "from 0" if zero else "above 0"
+    raise PayloadError(
+        f"{label} must be a number of seconds or a timedelta, {low} and below 1e10 (about 317 years), "
+        f"got {value!r}"
+    )
+
+
 def is_timeout(value: object) -> bool:
-    """True for a usable timeout: a positive, finite ``int`` or ``float`` of seconds (not a bool)."""
-    return type(value) in (int, float) and 0 < value < math.inf  # type: ignore[operator]
+    """True for a usable timeout: a positive ``int`` or ``float`` of seconds below :data:`MAX_SECONDS`."""
+    return type(value) in (int, float) and 0 < value < MAX_SECONDS  # type: ignore[operator]
 
 
 def peek_jid(raw: bytes | str) -> str | None:

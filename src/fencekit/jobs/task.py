@@ -106,17 +106,13 @@ class Task:
         """How long ``unique_key`` dedupes at most, in ms (0: while its task lives)."""
         if self.unique_for is None:
             return 0
-        seconds = seconds_of(self.unique_for, "unique_for")
-        if not 0 < seconds < 1e10:
-            raise PayloadError(f"unique_for must be a positive number of seconds, got {self.unique_for!r}")
+        seconds = codec.seconds_in(self.unique_for, "unique_for", zero=False)
         return max(1, round(seconds * 1000))
 
     def keep_ms(self, default: float) -> int | None:
         """The retention of this task's record in ms (its own, else ``default`` s), None for no record."""
         value = self.keep_result if self.keep_result is not None else default
-        seconds = seconds_of(value, "keep_result")
-        if not 0 <= seconds < 1e10:
-            raise PayloadError(f"keep_result must be a non-negative number of seconds, got {value!r}")
+        seconds = codec.seconds_in(value, "keep_result", zero=True)
         if self.unique_key is not None:  # its record is what holds the key: gone as it finishes
             return max(1, round(seconds * 1000))
         return round(seconds * 1000) or None
@@ -143,14 +139,6 @@ class Task:
         )
 
 
-def seconds_of(value: object, label: str) -> float:
-    """Seconds in a number or a timedelta; :class:`PayloadError` names ``label`` otherwise."""
-    seconds = value.total_seconds() if isinstance(value, timedelta) else value
-    if type(seconds) not in (int, float):
-        raise PayloadError(f"{label} must be a number of seconds or a timedelta, got {value!r}")
-    return float(seconds)  # type: ignore[arg-type]
-
-
 def unix_ms(when: datetime, label: str) -> int:
     """Unix ms of an aware datetime (a naive one is refused: whose clock would it be?)."""
     if when.tzinfo is None or when.utcoffset() is None:
@@ -166,10 +154,7 @@ def _check_unique(key: object) -> None:
 def _timeout(value: float | timedelta | None) -> float | None:
     if value is None:
         return None
-    seconds = seconds_of(value, "timeout")
-    if not codec.is_timeout(seconds):
-        raise PayloadError(f"timeout must be a positive, finite number of seconds, got {value!r}")
-    return seconds
+    return codec.seconds_in(value, "timeout", zero=False)
 
 
 def _expires_at(value: float | timedelta | datetime | None, now_ms: int) -> int | None:
@@ -177,7 +162,4 @@ def _expires_at(value: float | timedelta | datetime | None, now_ms: int) -> int 
         return None
     if isinstance(value, datetime):
         return unix_ms(value, "expires")
-    seconds = seconds_of(value, "expires")
-    if not 0 < seconds < 1e11:
-        raise PayloadError(f"expires must be a positive number of seconds, got {value!r}")
-    return now_ms + round(seconds * 1000)
+    return now_ms + round(codec.seconds_in(value, "expires", zero=False) * 1000)

@@ -29,6 +29,7 @@ from fencekit.errors import ConfigError, DurabilityError, PayloadError
 from fencekit.hooks import FenceKitHooks, JobEvent, check_hooks
 from fencekit.jobs import codec
 from fencekit.jobs._registry import registering
+from fencekit.jobs.codec import seconds_in
 from fencekit.jobs.task import Task, unix_ms
 from fencekit.produce._enqueue import Enqueued, EnqueuePlan, encode
 from fencekit.settings import ClientSettings
@@ -178,7 +179,7 @@ def delay_ms(delay: float | timedelta | None, at: datetime | None = None) -> int
         return max(0, due - time.time_ns() // 1_000_000)
     if delay is None:
         return 0
-    seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
-    if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or seconds < 0:
-        raise ConfigError(f"delay must be a non-negative number of seconds or a timedelta, got {delay!r}")
-    return round(seconds * 1000)
+    try:
+        return round(seconds_in(delay, "delay", zero=True) * 1000)
+    except PayloadError as exc:  # the call's own argument, not the task's: a ConfigError
+        raise ConfigError(str(exc)) from None
