@@ -24,6 +24,7 @@ from tests.queue_helpers import eventually
 
 from fencekit._redis import hotpath
 from fencekit._redis.hotpath import LeanConnection
+from fencekit._redis.run import NotSent
 from fencekit._redis.scripts import Call, Script
 from fencekit._redis.url import parse_url
 from fencekit.errors import ConfigError, EncodeError, FencedOutError, LockNotOwned, StoreError
@@ -596,5 +597,33 @@ def test_without_a_socket_timeout_requests_wait_as_long_as_redis_takes(
             assert not conn.closed
         finally:
             await conn.aclose()
+
+    run(scenario())
+
+
+def test_a_call_on_a_transport_closed_under_the_connection_is_not_sent_and_says_so(
+    run: Runner[Any], redis_url: str
+) -> None:
+    """The campaign saw ``RuntimeError: unable to perform operation on <TCPTransport closed=True>``
+    and ``AttributeError: 'NoneType' object has no attribute 'writelines'`` from a job's fenced
+    write during a cluster failover: a write went out on a connection whose transport had been
+    closed under it (before ``connection_lost``). Such a call is a ``NotSent`` (a ``StoreError``
+    that provably did not run, which the cluster link sends again), on either event loop."""
+    incr = script("return redis.call('INCR', KEYS[1])")
+
+    async def scenario() -> None:
+        conn = await LeanConnection.open(redis_url)
+        try:
+            assert await conn.call(Call(incr, ("closed-under",), ())) == 1
+            conn._transport.close()  # type: ignore[union-attr]  # as a failing socket does
+            call = Call(incr, ("closed-under",), ())
+            with pytest.raises(NotSent):
+                await conn.call(call)
+            with pytest.raises(NotSent):
+                await conn.pipeline([call])
+            assert conn.closed or conn._transport is None or conn._transport.is_closing()
+        finally:
+            await conn.aclose()
+        assert counter(redis_url, "closed-under") == 1  # neither ran
 
     run(scenario())

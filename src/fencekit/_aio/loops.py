@@ -36,8 +36,11 @@ class Backoff:
         base: float = BASE_DELAY,
         cap: float = MAX_DELAY,
         repeat_every: float = REPEAT_LOG_EVERY,
+        expected: tuple[type[BaseException], ...] = (),
     ) -> None:
         self.logger = logger
+        self.expected = expected
+        """Failures of these types are an operating condition, not a fault: the first is a WARNING."""
         self.what = what
         self.base = base
         self.cap = cap
@@ -57,7 +60,8 @@ class Backoff:
         previous = self.delay
         self.delay = min(self.cap, self.base if previous == 0 else previous * 2)
         if self.failures == 1:
-            self.logger.error("%s failed, retrying in %.1fs: %s", self.what, self.delay, exc)
+            level = logging.WARNING if isinstance(exc, self.expected) else logging.ERROR
+            self.logger.log(level, "%s failed, retrying in %.1fs: %s", self.what, self.delay, exc)
             self._last_log = now
         elif self.delay > previous:
             self.logger.warning(

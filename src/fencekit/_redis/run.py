@@ -38,8 +38,10 @@ __all__ = [
     "ClusterDown",
     "Durability",
     "NodeLost",
+    "NotSent",
     "Redirected",
     "TryAgain",
+    "Unblocked",
     "arun",
     "as_text",
     "run",
@@ -78,8 +80,22 @@ class TryAgain(StoreError):
     """``TRYAGAIN``: the keys of one command are split by a slot migration under way; it did not run."""
 
 
+class NotSent(TryAgain):
+    """The request was never written: its connection was closed (or closed under the write).
+
+    It provably did not run, so the cluster link sends it again on the slot's
+    owner (I4 allows exactly this re-send); anywhere else the owner opens a new
+    connection as for any lost one.
+    """
+
+
 class ClusterDown(TryAgain):
     """``CLUSTERDOWN``: the cluster refuses commands (a failed primary not yet replaced); it did not run."""
+
+
+class Unblocked(TryAgain):
+    """``UNBLOCKED``: a blocking command (``BLPOP``) was released because its node changed role
+    (a failover made the primary a replica); it returned nothing. Read the map, then block again."""
 
 
 def _redirect(message: str) -> Redirected | None:
@@ -133,6 +149,8 @@ def translate_reply(message: str) -> FenceKitError:
             return redirect
     if message.startswith("CLUSTERDOWN"):
         return ClusterDown(f"{message} (a primary failed and is not replaced yet; the command did not run)")
+    if message.startswith("UNBLOCKED"):
+        return Unblocked(f"{message} (a failover; the blocking command returned nothing)")
     if message.startswith("TRYAGAIN"):
         return TryAgain(f"{message} (a slot migration is moving these keys; the command did not run)")
     if is_out_of_memory(message):

@@ -19,6 +19,7 @@ from typing import Any, cast
 
 import hiredis
 
+from fencekit._redis.run import NotSent
 from fencekit.errors import StoreError
 
 __all__ = ["Wire"]
@@ -121,14 +122,18 @@ class Wire(asyncio.Protocol):
     def _send(self, payload: bytes, count: int, timeout: float) -> asyncio.Future[Any]:
         """Queue a future for ``count`` replies (0: one bare reply) and write ``payload``."""
         transport = self._transport
-        if self._closed or transport is None:
-            raise StoreError(f"lean connection is closed ({self._close_reason})")
+        if self._closed or transport is None or transport.is_closing():
+            raise NotSent(f"lean connection is closed ({self._close_reason or 'by its transport'})")
         fut = self._loop.create_future()
         waiters = self._waiters
         if not waiters:
+            try:
+                transport.write(payload)  # an idle connection: no one to wait for
+            except Exception as exc:  # e.g. uvloop's RuntimeError: the socket closed under the write
+                self._abort(f"connection to Redis at {self._address} failed at a write", exc)
+                raise NotSent(f"{self._close_reason}: {exc!r}") from exc
             self._arm(timeout)
             waiters.append((fut, count, timeout))
-            transport.write(payload)  # an idle connection: no one to wait for
             return fut
         waiters.append((fut, count, timeout))
         out = self._out
@@ -146,7 +151,10 @@ class Wire(asyncio.Protocol):
         transport = self._transport
         if self._closed or transport is None:
             return  # their futures failed already
-        transport.write(out[0] if len(out) == 1 else b"".join(out))
+        try:
+            transport.write(out[0] if len(out) == 1 else b"".join(out))
+        except Exception as exc:  # the socket closed under the write: every waiter fails (StoreError)
+            self._abort(f"connection to Redis at {self._address} failed at a write", exc)
 
     # -- timeouts and failure --------------------------------------------
 

@@ -127,7 +127,9 @@ class Turns:
             # is moving: the script did not run): keep going, log it.
             if isinstance(reply, (TryAgain, Redirected)):
                 self.logger.warning(
-                    "ack/claim on queue %s did not run (its slot is moving): %s", queue, reply
+                    "ack/claim on queue %s did not run (its slot is moving, or it was never sent): %s",
+                    queue,
+                    reply,
                 )
             else:
                 self.logger.error("ack/claim on queue %s failed: %s", queue, reply)

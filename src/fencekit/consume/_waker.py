@@ -39,7 +39,7 @@ from fencekit._redis.run import as_text
 from fencekit._redis.scripts import Call
 from fencekit._redis.sentinel import MasterWatch
 from fencekit._redis.url import RedisTarget
-from fencekit.errors import FenceKitError
+from fencekit.errors import FenceKitError, StoreError
 
 __all__ = ["IDLE_POLL", "WAKE_CLAIM_QUEUES", "Waker"]
 
@@ -178,7 +178,11 @@ class Waker:
                 task.result()  # the first failure ends them all
 
     async def _wait_slot(self, keys: list[str]) -> None:
-        backoff = Backoff(self._logger, f"consumer {self.name}: waiting for work on {keys[0]}")
+        # A lost BLPOP costs a wake-up at most (each failure wakes its queues): Redis going away,
+        # or a failover under it, is a WARNING here; the turns report an outage as an ERROR.
+        backoff = Backoff(
+            self._logger, f"consumer {self.name}: waiting for work on {keys[0]}", expected=(StoreError,)
+        )
         link: Link | None = None
         try:
             while True:

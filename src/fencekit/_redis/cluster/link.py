@@ -41,6 +41,7 @@ from fencekit._aio.scope import TaskScope
 from fencekit._redis.cluster.routing import (
     MAX_REDIRECTS,
     REFRESH,
+    TRYAGAIN_PAUSE,
     Address,
     Refresh,
     Send,
@@ -50,7 +51,7 @@ from fencekit._redis.cluster.routing import (
     slot_of,
 )
 from fencekit._redis.hotpath import LeanConnection
-from fencekit._redis.run import NodeLost, Redirected, TryAgain
+from fencekit._redis.run import NodeLost, NotSent, Redirected, TryAgain, Unblocked
 from fencekit._redis.scripts import Call
 from fencekit._redis.url import RedisTarget
 from fencekit.errors import ConfigError, FenceKitError, StoreError
@@ -150,7 +151,7 @@ class ClusterLink:
                 if exc.kind == "MOVED":
                     self.redirects["moved"] += 1
                     await self._refresh()
-            except TryAgain:
+            except TryAgain:  # NotSent too: closed before or under the write, so it did not run
                 pass
             except StoreError as exc:
                 if conn.closed:
@@ -214,8 +215,9 @@ class ClusterLink:
         if name not in _KEYED or len(args) < 2:
             raise ConfigError(f"{name or 'an empty command'} has no key to route it by on a Redis Cluster")
         slot = slot_of(_key_bytes(args[1]))
-        for _ in range(MAX_REDIRECTS + 1):
-            address = self._map.owner(slot)
+        moved_to: Address | None = None  # as in route_steps: a MOVED's word beats a stale map
+        for attempt in range(MAX_REDIRECTS + 1):
+            address = moved_to or self._map.owner(slot)
             conn = await self._node(address)
             try:
                 return await conn.execute(*args, timeout=timeout)
@@ -223,6 +225,14 @@ class ClusterLink:
                 self.redirects["ask" if exc.kind == "ASK" else "moved"] += 1
                 if exc.kind == "ASK":
                     return await (await self._node(exc.address)).execute_asking(*args, timeout=timeout)
+                moved_to = exc.address
+                if attempt:
+                    await asyncio.sleep(TRYAGAIN_PAUSE * attempt)
+                await self._refresh()
+            except Unblocked:  # its node became a replica (a failover): nothing was popped
+                self.redirects["moved"] += 1
+                moved_to = None
+                await asyncio.sleep(TRYAGAIN_PAUSE * (attempt + 1))
                 await self._refresh()
             except StoreError as exc:
                 if conn.closed:
@@ -294,6 +304,10 @@ class ClusterLink:
                         if conn.closed:
                             raise
                         replies.append(exc)
+        except NotSent as exc:  # not written: route_steps sends them again, on a new connection
+            if self._conns.get(address) is conn:
+                del self._conns[address]
+            return [exc] * len(calls)
         except StoreError as exc:
             if not conn.closed:
                 raise

@@ -37,8 +37,9 @@ __all__ = [
 
 Address = tuple[str, int]
 
-MAX_REDIRECTS = 5
-"""Redirects one call may follow before the link gives up (a map that keeps moving)."""
+MAX_REDIRECTS = 8
+"""Redirects one call may follow before the link gives up (a map that keeps moving): from the
+second on, each after a pause of :data:`TRYAGAIN_PAUSE` times its number (0.7 s in all)."""
 TRYAGAIN_PAUSE = 0.02
 TRYAGAIN_LIMIT = 25
 """``TRYAGAIN`` retries of one call (x :data:`TRYAGAIN_PAUSE`: about 0.5 s of a migration); then the
@@ -119,17 +120,21 @@ def route_steps(
     again: ``owner`` then answers from the new one) or a pause in seconds
     (``TRYAGAIN``). Nothing is re-sent that a node may have run: ``MOVED`` and
     ``ASK`` say the node did not run it, and so do ``TRYAGAIN`` and ``CLUSTERDOWN``
-    (a failed primary not replaced yet: paused on like ``TRYAGAIN``). An op still
+    (a failed primary not replaced yet: paused on like ``TRYAGAIN``). A ``MOVED``
+    op goes next to the node the answer named (the map read next may come from a
+    node that has not heard of a failover yet). An op still
     redirected after :data:`MAX_REDIRECTS` map reads, or refused with
     ``TRYAGAIN`` :data:`TRYAGAIN_LIMIT` times, keeps that error in its slot.
     """
     replies: list[Any] = [None] * len(slots)
     todo = list(range(len(slots)))
     redirects = tries = 0
+    moved_to: dict[int, Address] = {}  # a MOVED's word beats a map read from a node not told yet
     while todo:
         groups: dict[Address, list[int]] = {}
         for i in todo:
-            groups.setdefault(owner(slots[i]), []).append(i)
+            slot = slots[i]
+            groups.setdefault(moved_to.get(slot) or owner(slot), []).append(i)
         results = yield [(addr, idx, False) for addr, idx in groups.items()]
         todo = []
         asks: dict[Address, list[int]] = {}
@@ -141,7 +146,9 @@ def route_steps(
                 if isinstance(redirect, Redirected) and redirect.kind == "ASK":
                     asks.setdefault(redirect.address, []).append(i)
                 elif redirect is not None:
-                    moved = moved or isinstance(redirect, Redirected)
+                    if isinstance(redirect, Redirected):
+                        moved = True
+                        moved_to[slots[i]] = redirect.address
                     todo.append(i)
         if asks:
             results = yield [(addr, idx, True) for addr, idx in asks.items()]
@@ -156,6 +163,8 @@ def route_steps(
             redirects += 1
             if redirects > MAX_REDIRECTS:
                 break
+            if redirects > 1:  # the nodes disagree while a failover settles: give it a moment
+                yield TRYAGAIN_PAUSE * redirects
             yield REFRESH
         else:
             tries += 1
