@@ -20,6 +20,7 @@ from fencekit.consume.job import Job, current_job
 from fencekit.errors import (
     CanonicalizeError,
     ConfigError,
+    CrossSlotWrite,
     DrainTimeout,
     DurabilityError,
     EncodeError,
@@ -128,6 +129,7 @@ __all__ = [  # noqa: RUF022 - grouped by topic
     # errors
     "CanonicalizeError",
     "ConfigError",
+    "CrossSlotWrite",
     "DrainTimeout",
     "DurabilityError",
     "EncodeError",

@@ -40,6 +40,7 @@ __all__ = [
     "SCRIPT_ERRORS",
     "CanonicalizeError",
     "ConfigError",
+    "CrossSlotWrite",
     "DrainTimeout",
     "DurabilityError",
     "EncodeError",
@@ -97,6 +98,16 @@ class CanonicalizeError(FenceKitError, ValueError):
 
 class ConfigError(FenceKitError, ValueError):
     """A setting is wrong: a URL, a worker attribute, a pool flag."""
+
+
+class CrossSlotWrite(ConfigError):
+    """A job's fenced write names a key outside its queue's hash tag, on a Redis Cluster.
+
+    The write runs in one script with the delivery's in-flight entry and the
+    job's fence, so on a cluster its key must share the queue's slot
+    (``{<queue>}:...``; on one Redis any key works). It could never pass, so it
+    is refused before it is sent and the task fails at once, without retries.
+    """
 
 
 class PayloadError(FenceKitError, ValueError):

@@ -195,6 +195,7 @@ class Consumer(Turns, WakeClaims, Returns):
             observer=self._observer,
             sync_concurrency=settings.get("sync_concurrency", DEFAULT_SYNC_CONCURRENCY),
             scope=self.scope,
+            cluster=target.is_cluster,
         )
 
     # public ---------------------------------------------------------------

@@ -117,10 +117,13 @@ class Outcomes:
         spec: WorkerSpec,
         exc: Exception | None,
         timeout: float | None = None,
+        *,
+        final: bool = False,
     ) -> None:
-        """A failed attempt (``exc`` raised, or ``timeout`` expired): retry it, or fail for good."""
+        """A failed attempt (``exc`` raised, or ``timeout`` expired): retry it, or fail for good
+        (``final``: an error no retry can pass, e.g. :class:`~fencekit.errors.CrossSlotWrite`)."""
         policy = spec.policy
-        following = policy.next_attempt(envelope.attempt)
+        following = None if final else policy.next_attempt(envelope.attempt)
         delivery = self.delivery(queue, token)
         attempt = f"attempt {envelope.attempt + 1} of {policy.runs()}"
         if exc is not None:

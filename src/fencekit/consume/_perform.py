@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from fencekit._aio.scope import TaskScope
 from fencekit._log import JobLines
+from fencekit._redis.cluster.routing import slot_of
 from fencekit._redis.keys import KeySpace
 from fencekit._redis.scripts import Call
 from fencekit.consume._observe import Observer
@@ -35,7 +36,7 @@ from fencekit.consume._outcomes import Outcomes
 from fencekit.consume._settle import Retention
 from fencekit.consume._threads import DEFAULT_SYNC_CONCURRENCY, SyncRunner
 from fencekit.consume.job import Job, JobSite, fenced_writes, set_current
-from fencekit.errors import PayloadError
+from fencekit.errors import CrossSlotWrite, PayloadError
 from fencekit.jobs import codec
 from fencekit.jobs._binding import Unbound
 from fencekit.jobs.histogram import DurationHistogram, QueueDurations
@@ -113,8 +114,10 @@ class Performer(Outcomes):
         observer: Observer | None = None,
         sync_concurrency: int = DEFAULT_SYNC_CONCURRENCY,
         scope: TaskScope | None = None,
+        cluster: bool = False,
     ) -> None:
-        """``scope``: the consumer's task scope (the deadline watch runs in it)."""
+        """``scope``: the consumer's task scope (the deadline watch runs in it); ``cluster``: on a
+        Redis Cluster (a job's fenced write must then share its queue's slot)."""
         self.keys = keys
         self.registry = registry
         self.retention = retention
@@ -134,7 +137,16 @@ class Performer(Outcomes):
         # One batcher of fenced writes per queue: a batch is one script, whose keys must share
         # the queue's hash tag (I5; on a cluster, one slot).
         self.sites = {
-            q: JobSite(q, hash_key, rules, run_call, client, keys.queue(q), fenced_writes(run_call))
+            q: JobSite(
+                q,
+                hash_key,
+                rules,
+                run_call,
+                client,
+                keys.queue(q),
+                fenced_writes(run_call),
+                slot_of(hash_key) if cluster else None,
+            )
             for q, hash_key in inflight.items()
         }
         self.lines = JobLines(logger)
@@ -208,7 +220,7 @@ class Performer(Outcomes):
                 self.logger.error("task %s dead-lettered: %s", envelope.jid, exc)
                 self._dead(queue, token, envelope.jid, str(exc))
             else:
-                self._failed(queue, token, envelope, spec, exc)
+                self._failed(queue, token, envelope, spec, exc, final=isinstance(exc, CrossSlotWrite))
             return
         finally:
             if timeout is not None:

@@ -26,10 +26,11 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from fencekit._redis import scripts
+from fencekit._redis.cluster.routing import slot_of
 from fencekit._redis.keys import QueueKeys, job_resource
 from fencekit._redis.run import translate_reply
 from fencekit._redis.scripts import Call
-from fencekit.errors import FencedOutError, NoCurrentJob
+from fencekit.errors import CrossSlotWrite, FencedOutError, NoCurrentJob
 from fencekit.jobs.records import encode_progress
 from fencekit.primitives.fence import FenceRules
 from fencekit.primitives.tokens import FenceToken
@@ -81,6 +82,7 @@ class JobSite(NamedTuple):
     client: Client
     keys: QueueKeys  # the queue's keys: where a job's record is
     writes: Coalescer[Write, None]  # the consumer's fenced writes (fenced_writes)
+    slot: int | None = None  # on a Redis Cluster: the queue's hash slot (a write's key must share it)
 
 
 class Job:
@@ -153,11 +155,19 @@ class Job:
         It goes over the consumer's hot-path connection (writes of several jobs
         made while one is in flight share one script call), and raises
         :class:`~fencekit.errors.FencedOutError` once the delivery was reaped,
-        returned, finished or timed out, or a newer one exists.
+        returned, finished or timed out, or a newer one exists. On a Redis
+        Cluster ``key`` must share the queue's hash tag (``{<queue>}:...``):
+        another is :class:`~fencekit.errors.CrossSlotWrite` at once, and the
+        task fails without retries.
         """
         self._check_current()
         site = self._site
         token, fence, target, value = site.rules.write(self.token, key, value)
+        if site.slot is not None and slot_of(target) != site.slot:
+            raise CrossSlotWrite(
+                f"key {target!r} is outside queue {site.queue!r}'s hash tag: on a Redis Cluster a job's "
+                f"fenced write must share it, e.g. '{{{site.queue}}}:{target}' (not sent; not retried)"
+            )
         await site.writes.submit((site.inflight, fence, target, token.value, value))
 
     async def progress(self, fraction: float, message: str = "") -> bool:

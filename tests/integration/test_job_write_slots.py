@@ -1,0 +1,88 @@
+"""A job's fenced write to a key outside its queue's hash tag: fine on one Redis, refused at once
+on a Redis Cluster (named, not sent, not retried).
+
+The campaign's scenario (rerun it with these tests): on a ``redis+cluster://`` URL,
+``current_job().set_if_fresh("invoice:7:status", ...)`` failed with ``CROSSSLOT``
+and was retried ``retry_count`` times with back-off: a user moving from one
+Redis to a cluster met 20 retries of an error that could never pass (and, batched
+with other jobs' writes in one script, the error failed theirs too).
+
+The rule: a job's fenced write runs in one script with the delivery's in-flight
+entry and the job's fence, so on a cluster its key must share the queue's slot
+(``{<queue>}:...``). Another key is ``CrossSlotWrite`` (a ``ConfigError``) before
+anything is sent; the task fails permanently at its first attempt, and the log
+line names the key to use. On one Redis every key works as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from tests.queue_helpers import capture_logger, eventually, new_server, running, worker
+
+from fencekit import Client, CrossSlotWrite, Task, current_job
+from fencekit._redis.clients import sync_client
+from fencekit.testing import RedisServer
+from fencekit.testing.cluster import LocalCluster
+
+
+async def _serve(url: str, queue: str, perform: Any, n: int) -> tuple[list[str], dict[str, Any]]:
+    """Run ``n`` tasks of ``perform`` (retry_count 20, as the campaign's) and return the log."""
+    logger = capture_logger(f"test.slots.{queue}")
+    done: list[str] = []
+
+    async def tracked(payload: dict[str, Any]) -> None:
+        try:
+            await perform(payload)
+        finally:
+            done.append(payload["name"])
+
+    server = new_server(url, worker(queue, "write", tracked, retry_count=20), concurrency=8)
+    server.logger = logger
+    async with Client(redis_url=url) as client:
+        await client.enqueue_many([Task(queue, "write", {"name": f"t{i}"}) for i in range(n)])
+        async with running(server):
+            await eventually(lambda: len(done) >= n, timeout=20, what="every task ran once")
+            await asyncio.sleep(1.2)  # a retry (1 s back-off) would have run by now
+    stats = {"done": list(done), "retried": server.consumer.stats.retried if server.consumer else None}
+    return logger.list_handler.messages(), stats  # type: ignore[attr-defined]
+
+
+async def test_on_a_cluster_a_write_outside_the_queues_tag_fails_at_once_naming_the_tag(
+    cluster_server: LocalCluster,
+) -> None:
+    url = cluster_server.url()
+
+    async def perform(payload: dict[str, Any]) -> None:
+        job = current_job()
+        if payload["name"] == "t0":
+            with pytest.raises(CrossSlotWrite, match=r"e\.g\. '\{slots\}:invoice:7:status'"):
+                await job.set_if_fresh("invoice:7:status", "paid")
+            await job.set_if_fresh("invoice:7:status", "paid")  # uncaught: the task fails
+        await job.set_if_fresh("{slots}:ok:" + payload["name"], job.token.value)
+
+    lines, stats = await _serve(url, "slots", perform, 6)
+    assert stats["done"].count("t0") == 1  # ran once: not retried
+    failed = [line for line in lines if "failed" in line]
+    assert len(failed) == 1, failed
+    assert "failed permanently: CrossSlotWrite" in failed[0]
+    assert "'{slots}:invoice:7:status'" in failed[0]
+    with sync_client(url) as r:
+        assert all(r.exists("{slots}:ok:" + f"t{i}") for i in range(1, 6))  # the other jobs' writes
+        assert r.get("invoice:7:status") is None
+        assert int(r.hget("fencekit:{slots}:stats", "retried") or 0) == 0
+
+
+async def test_on_one_redis_a_write_outside_the_queues_tag_works(private_redis: RedisServer) -> None:
+    url = private_redis.url()
+
+    async def perform(payload: dict[str, Any]) -> None:
+        await current_job().set_if_fresh(f"invoice:{payload['name']}:status", "paid")
+
+    lines, _ = await _serve(url, "slots", perform, 3)
+    assert not [line for line in lines if "failed" in line], lines
+    r = private_redis.client()
+    assert [r.get(f"invoice:t{i}:status") for i in range(3)] == [b"paid"] * 3
+    r.close()
