@@ -119,9 +119,15 @@ class Outcomes:
         timeout: float | None = None,
         *,
         final: bool = False,
+        fenced: str | None = None,
     ) -> None:
         """A failed attempt (``exc`` raised, or ``timeout`` expired): retry it, or fail for good
-        (``final``: an error no retry can pass, e.g. :class:`~fencekit.errors.CrossSlotWrite`)."""
+        (``final``: an error no retry can pass, e.g. :class:`~fencekit.errors.CrossSlotWrite`).
+
+        ``fenced``: the job's own delivery was fenced out (why). Its settle is sent as
+        any other and Redis refuses it (the delivery is not current), which the
+        refusal's line says; nothing logs "retrying": the current delivery decides.
+        """
         policy = spec.policy
         following = None if final else policy.next_attempt(envelope.attempt)
         delivery = self.delivery(queue, token)
@@ -146,11 +152,6 @@ class Outcomes:
                 envelope,
             )
         if following is None:
-            self.stats.failed += 1
-            if exc is not None:
-                self.logger.error("%s, failed permanently: %s", what, _first_line(exc), exc_info=exc)
-            else:
-                self.logger.error("%s, failed permanently", what)
             call = settle.fail(
                 self.keys,
                 delivery,
@@ -161,12 +162,28 @@ class Outcomes:
             )
         else:
             delay = policy.delay(envelope.attempt)
+            call = settle.retry(self.keys, delivery, envelope, following, delay, error)
+        if fenced is not None:  # the settle's refusal is logged (consume._refusals): one line, not two
+            self.logger.debug(
+                "task %s (%s/%s, %s) %s: nothing to retry here, its current delivery decides",
+                envelope.jid,
+                queue,
+                envelope.operation,
+                attempt,
+                fenced,
+            )
+        elif following is None:
+            self.stats.failed += 1
+            if exc is not None:
+                self.logger.error("%s, failed permanently: %s", what, _first_line(exc), exc_info=exc)
+            else:
+                self.logger.error("%s, failed permanently", what)
+        else:
             self.stats.retried += 1
             if exc is not None:
                 self.logger.warning("%s, retrying in %.1fs: %s", what, delay, _first_line(exc))
             else:
                 self.logger.warning("%s, retrying in %.1fs", what, delay)
-            call = settle.retry(self.keys, delivery, envelope, following, delay, error)
         self.outbox.settle(queue, token, call, envelope.jid)
         self.wake()
 

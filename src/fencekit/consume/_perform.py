@@ -36,7 +36,7 @@ from fencekit.consume._outcomes import Outcomes
 from fencekit.consume._settle import Retention
 from fencekit.consume._threads import DEFAULT_SYNC_CONCURRENCY, SyncRunner
 from fencekit.consume.job import Job, JobSite, fenced_writes, set_current
-from fencekit.errors import CrossSlotWrite, PayloadError
+from fencekit.errors import CrossSlotWrite, FencedOutError, PayloadError
 from fencekit.jobs import codec
 from fencekit.jobs._binding import Unbound
 from fencekit.jobs.histogram import DurationHistogram, QueueDurations
@@ -220,7 +220,10 @@ class Performer(Outcomes):
                 self.logger.error("task %s dead-lettered: %s", envelope.jid, exc)
                 self._dead(queue, token, envelope.jid, str(exc))
             else:
-                self._failed(queue, token, envelope, spec, exc, final=isinstance(exc, CrossSlotWrite))
+                fenced = job.fenced_out if isinstance(exc, FencedOutError) else None
+                self._failed(
+                    queue, token, envelope, spec, exc, final=isinstance(exc, CrossSlotWrite), fenced=fenced
+                )
             return
         finally:
             if timeout is not None:

@@ -91,6 +91,7 @@ class InFlight(NamedTuple):
     jid: str | None
     operation: str | None  # None: the envelope does not decode
     attempt: int
+    recorded: bool = False  # the task keeps a record (its page at /admin/job exists while it runs)
 
 
 def in_flight(entries: Mapping[Any, Any]) -> list[InFlight]:
@@ -109,7 +110,7 @@ def in_flight(entries: Mapping[Any, Any]) -> list[InFlight]:
         except PayloadError:
             found.append(InFlight(token, codec.peek_jid(raw), None, 0))
         else:
-            found.append(InFlight(token, env.jid, env.operation, env.attempt))
+            found.append(InFlight(token, env.jid, env.operation, env.attempt, env.keep is not None))
     return found
 
 

@@ -168,7 +168,16 @@ class Job:
                 f"key {target!r} is outside queue {site.queue!r}'s hash tag: on a Redis Cluster a job's "
                 f"fenced write must share it, e.g. '{{{site.queue}}}:{target}' (not sent; not retried)"
             )
-        await site.writes.submit((site.inflight, fence, target, token.value, value))
+        try:
+            await site.writes.submit((site.inflight, fence, target, token.value, value))
+        except FencedOutError:
+            self.fence_locally("was fenced out by Redis (reaped, returned or superseded)")
+            raise
+
+    @property
+    def fenced_out(self) -> str | None:
+        """Why this delivery's writes are refused (None: they are not)."""
+        return self._refused
 
     async def progress(self, fraction: float, message: str = "") -> bool:
         """Report how far the job is (``fraction`` from 0 to 1), shown by ``client.job(jid)``.

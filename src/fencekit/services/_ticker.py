@@ -111,18 +111,21 @@ class Ticker:
             return 0
         replies = await arun_batch(self.client, Batch([self._call(s, ticks) for s, ticks in proposals]))
         enqueued = 0
+        newest_runs: list[str] = []  # one per schedule that enqueued: the round's one log line
         for (schedule, _), (count, newest) in zip(proposals, replies):
             enqueued += int(count)
             newest_ms = int(as_text(newest))
             self.last[schedule.name] = newest_ms if newest_ms >= 0 else None
             self.next[schedule.name] = schedule.next_after(now)
             if int(count):
-                self.logger.info(
-                    "periodic %s: enqueued %d run(s), newest %s",
-                    schedule.name,
-                    int(count),
-                    schedule.jid(newest_ms),
-                )
+                newest_runs.append(schedule.jid(newest_ms))
+        if len(newest_runs) == 1:
+            self.logger.info("periodic: enqueued %d run(s), newest %s", enqueued, newest_runs[0])
+        elif newest_runs:
+            shown = ", ".join(newest_runs[:3]) + (", ..." if len(newest_runs) > 3 else "")
+            self.logger.info(
+                "periodic: enqueued %d run(s) of %d schedule(s), newest %s", enqueued, len(newest_runs), shown
+            )
         self.enqueued += enqueued
         return enqueued
 

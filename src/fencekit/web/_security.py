@@ -18,6 +18,7 @@ import base64
 import binascii
 import secrets
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from starlette.requests import Request
@@ -27,6 +28,7 @@ __all__ = [
     "MAX_FORM_BYTES",
     "SECURITY_HEADERS",
     "Credentials",
+    "NoSniff",
     "allowed_hosts",
     "host_allowed",
     "process_csrf_token",
@@ -155,3 +157,26 @@ async def read_form(request: Request) -> dict[str, str] | None:
     except (UnicodeDecodeError, ValueError):
         return {}
     return {k: v[-1] for k, v in fields.items()}
+
+
+class NoSniff:
+    """ASGI middleware: ``X-Content-Type-Options: nosniff`` on every response (the JSON routes,
+    ``/metrics`` and the redirects too; the HTML pages carry :data:`SECURITY_HEADERS`)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def sending(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                if not any(name.lower() == b"x-content-type-options" for name, _ in headers):
+                    headers.append((b"x-content-type-options", b"nosniff"))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, sending)

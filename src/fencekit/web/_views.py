@@ -108,6 +108,7 @@ class RunningView:
     consumer: str
     token: int
     runtime: float  # seconds since its claim
+    recorded: bool = False  # it keeps a record: the dashboard links its page (none exists otherwise)
 
 
 def consumer_view(

@@ -15,6 +15,7 @@ from urllib.parse import quote
 
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
@@ -27,6 +28,7 @@ from fencekit.web._pages import render_confirm, render_dashboard, render_error, 
 from fencekit.web._security import (
     SECURITY_HEADERS,
     Credentials,
+    NoSniff,
     host_allowed,
     process_csrf_token,
     read_form,
@@ -89,7 +91,7 @@ def create_app(
         Route("/admin/run-now", guarded(checked_post(admin.on_task(admin.run_now))), methods=["POST"]),
         Route("/metrics", guarded(admin.metrics) if protect_metrics else admin.metrics, methods=["GET"]),
     ]
-    app = Starlette(routes=routes)
+    app = Starlette(routes=routes, middleware=[Middleware(NoSniff)])
     app.state.registry = admin.prometheus.registry
     app.state.source = source
     app.state.admin_open = credentials is None

@@ -313,7 +313,7 @@ class AdminSource:
         for (cid, q), entries in zip(busy, hashes):
             for d in in_flight(entries):
                 runtime = max(0.0, now_ms / 1000 - d.token / 1_000_000)
-                rows.append(RunningView(q, d.jid, d.operation, d.attempt, cid, d.token, runtime))
+                rows.append(RunningView(q, d.jid, d.operation, d.attempt, cid, d.token, runtime, d.recorded))
         rows.sort(key=lambda v: v.runtime, reverse=True)
         return tuple(rows[: self.dead_letter_limit])
 
