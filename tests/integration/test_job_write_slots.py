@@ -86,3 +86,46 @@ async def test_on_one_redis_a_write_outside_the_queues_tag_works(private_redis: 
     r = private_redis.client()
     assert [r.get(f"invoice:t{i}:status") for i in range(3)] == [b"paid"] * 3
     r.close()
+
+
+async def test_a_read_of_a_queue_whose_slot_is_half_moved_is_a_try_again(
+    tmp_path: Any, server_binary: str
+) -> None:
+    """The campaign's scenario: while a queue's slot is half-moved (some of its keys already on the
+    importing node), ``Queue.length()`` raised a raw ``ResponseError: Script attempted to access a
+    non local key``. The read script reaches the priority lists from the pending key (their names
+    are derived in Lua), so it runs on the source node and meets a key that is gone. It is a
+    ``TryAgain`` now (a read: nothing changed), and the same call works once the move is done."""
+    from fencekit._redis.run import TryAgain
+
+    cluster = LocalCluster(tmp_path / "c", binary=server_binary)
+    cluster.start(timeout=60)
+    try:
+        url = cluster.url()
+        async with Client(redis_url=url) as client:
+            await client.enqueue(Task("moving", "op", {}, priority=5))
+            await client.enqueue(Task("moving", "op", {}))
+            queue = client.queue("moving")
+            assert await queue.length() == 2
+            slot = cluster.slot("fencekit:{moving}:pending")
+            source = cluster.slot_owner(slot)
+            target = next(m for m in cluster.masters if m.port != source.port)
+            cluster._command(target, "CLUSTER", "SETSLOT", slot, "IMPORTING", cluster.node_id(source))
+            cluster._command(source, "CLUSTER", "SETSLOT", slot, "MIGRATING", cluster.node_id(target))
+            cluster._command(
+                source,
+                "MIGRATE",
+                target.host,
+                target.port,
+                "",
+                0,
+                5000,
+                "KEYS",
+                "fencekit:{moving}:pending:prio",
+            )
+            with pytest.raises(TryAgain, match="moved"):
+                await queue.length()
+            cluster.move_slot(slot, target)
+            assert await queue.length() == 2
+    finally:
+        cluster.cleanup()

@@ -37,6 +37,7 @@ from fencekit.errors import FenceKitError, StoreError, script_error
 __all__ = [
     "ClusterDown",
     "Durability",
+    "KeysMoving",
     "NodeLost",
     "NotSent",
     "Redirected",
@@ -78,6 +79,16 @@ class NodeLost(StoreError):
 
 class TryAgain(StoreError):
     """``TRYAGAIN``: the keys of one command are split by a slot migration under way; it did not run."""
+
+
+class KeysMoving(StoreError):
+    """A script reached a key of its slot that a migration already moved to another node.
+
+    Our scripts name the priority and parked lists from their declared keys
+    (one hash tag), so the node runs them and they stop at the first such key:
+    a read changed nothing (the queue handle's reads raise :class:`TryAgain`),
+    a write may have made its changes before that key and is not re-sent.
+    """
 
 
 class NotSent(TryAgain):
@@ -149,6 +160,8 @@ def translate_reply(message: str) -> FenceKitError:
             return redirect
     if message.startswith("CLUSTERDOWN"):
         return ClusterDown(f"{message} (a primary failed and is not replaced yet; the command did not run)")
+    if message.startswith("Script attempted to access a non local key"):
+        return KeysMoving(f"{message} (a slot migration moved some of this script's keys)")
     if message.startswith("UNBLOCKED"):
         return Unblocked(f"{message} (a failover; the blocking command returned nothing)")
     if message.startswith("TRYAGAIN"):

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, TypeVar
 import redis.asyncio
 
 from fencekit._redis.keys import KeySpace, validate_queue
+from fencekit._redis.run import KeysMoving, TryAgain
 from fencekit._redis.steps import Steps, adrive
 from fencekit.errors import ConfigError
 from fencekit.jobs.history import History
@@ -60,6 +61,13 @@ class Queue:
     async def _run(self, work: Steps[T]) -> T:
         return await adrive(self._client, work)
 
+    async def _read(self, work: Steps[T]) -> T:
+        """:meth:`_run` for a read: keys moved under it by a migration are a TryAgain (it changed nothing)."""
+        try:
+            return await adrive(self._client, work)
+        except KeysMoving as exc:
+            raise TryAgain(f"{exc}; a read, it changed nothing: call again") from None
+
     async def schedule(self, task: Task, run_at: datetime) -> str:
         """Enqueue ``task`` (of this queue) to start at ``run_at``, an aware datetime; returns its jid.
 
@@ -75,11 +83,11 @@ class Queue:
         Entries that are not valid envelopes are left out here (they are
         counted by :meth:`length` and dead-lettered when claimed).
         """
-        return await self._run(steps.pending(self._qk))
+        return await self._read(steps.pending(self._qk))
 
     async def length(self) -> int:
         """How many tasks are physically waiting in the queue."""
-        return await self._run(steps.length(self._qk))
+        return await self._read(steps.length(self._qk))
 
     async def scheduled(self, limit: int | None = None) -> list[ScheduledTask]:
         """Tasks waiting for a retry delay (or a delayed start), earliest first (the first ``limit``)."""

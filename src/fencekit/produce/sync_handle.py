@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, TypeVar
 import redis
 
 from fencekit._redis.keys import KeySpace, validate_queue
+from fencekit._redis.run import KeysMoving, TryAgain
 from fencekit._redis.steps import Steps, drive
 from fencekit.jobs.history import History
 from fencekit.jobs.records import JobInfo
@@ -50,6 +51,13 @@ class SyncQueue:
     def _run(self, work: Steps[T]) -> T:
         return drive(self._client, work)
 
+    def _read(self, work: Steps[T]) -> T:
+        """:meth:`_run` for a read: keys moved under it by a migration are a TryAgain (it changed nothing)."""
+        try:
+            return drive(self._client, work)
+        except KeysMoving as exc:
+            raise TryAgain(f"{exc}; a read, it changed nothing: call again") from None
+
     def schedule(self, task: Task, run_at: datetime) -> str:
         """Enqueue ``task`` (of this queue) to start at ``run_at``, an aware datetime; returns its jid."""
         check_schedule(self._producer, self.name, task)
@@ -58,11 +66,11 @@ class SyncQueue:
 
     def pending(self) -> list[Task]:
         """Tasks waiting to be claimed, oldest first (entries that are no envelope left out)."""
-        return self._run(steps.pending(self._qk))
+        return self._read(steps.pending(self._qk))
 
     def length(self) -> int:
         """How many tasks are physically waiting in the queue."""
-        return self._run(steps.length(self._qk))
+        return self._read(steps.length(self._qk))
 
     def scheduled(self, limit: int | None = None) -> list[ScheduledTask]:
         """Tasks waiting for a retry delay (or a delayed start), earliest first (the first ``limit``)."""
