@@ -4,6 +4,7 @@ Every outcome is read from Redis."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ import pytest
 from tests.queue_helpers import (
     BEATS,
     CONSUMERS,
+    SERVER_SCRIPT,
     ServerProcess,
     consumer_of,
     events,
@@ -193,3 +195,56 @@ async def test_sigterm_stops_a_server_cleanly(
     assert "term" in log
     assert "concurrency 1" in log
     assert jid in log
+
+
+async def test_a_concurrency_slot_is_a_lease_a_paused_holder_resumes_beside_the_new_one(
+    tmp_path: Path, redis_url: str, r: Any, procs: list[ServerProcess]
+) -> None:
+    """``max_concurrency`` is a lease, like a delivery: a Server (child A) holding key ``t``'s one
+    slot is SIGSTOPped past its heartbeat TTL; B's reaper returns A's delivery and frees the slot,
+    B claims the task under a newer token and holds it; A resumes, and for a while both run the
+    key's task at once (two runs, cap one). The writes decide: A's ``set_if_fresh`` is fenced out,
+    B's lands, the task is processed once. (docs/flow.md, "The cap is a lease".)"""
+    b_started = asyncio.Event()
+    b_release = asyncio.Event()
+
+    class HoldWorker:
+        queue = "lease"
+        operation = "hold"
+        max_concurrency = 1
+
+        @classmethod
+        async def perform(cls, payload: dict) -> str:
+            b_started.set()
+            await b_release.wait()
+            await current_job().set_if_fresh("{lease}:result", "B")
+            return "B"
+
+    source = SERVER_SCRIPT.replace('operation = "hold"', 'operation = "hold"\n    max_concurrency = 1')
+    assert source != SERVER_SCRIPT
+    child = ServerProcess(tmp_path, redis_url, "lease", ttl=1.0, source=source)
+    procs.append(child)
+    async with Client(redis_url=redis_url) as client:
+        jid = await client.enqueue(Task("lease", "hold", {"n": 1}, concurrency_key="t"))
+    await eventually(lambda: [e for e in events(r) if e[0] == child.pid], timeout=20, what="A holds the slot")
+    child_id = consumer_of(r, child.pid)
+    child.signal(signal.SIGSTOP)
+    try:
+        server = new_server(redis_url, HoldWorker, heartbeat_ttl=1.0)
+        async with running(server):
+            await asyncio.wait_for(b_started.wait(), 15)  # B got the slot A's lease no longer held
+            child.signal(signal.SIGCONT)
+            await eventually(lambda: r.hexists(CONSUMERS, child_id), timeout=10, what="A resumed and beats")
+            assert child.proc.poll() is None  # A is still running it ...
+            assert not r.exists(f"fenced:{child.pid}")
+            assert not b_release.is_set()  # ... and so is B: two runs of key t, cap 1
+            r.set("release", "1")
+            await eventually(lambda: r.exists(f"fenced:{child.pid}"), timeout=10, what="A's write fenced out")
+            b_release.set()
+            await eventually(lambda: r.get("{lease}:result") == b"B", timeout=10, what="B's write landed")
+            await eventually(lambda: locate(r, "lease", jid) == [], timeout=10, what="the task done")
+        assert stats(r, "lease")["processed"] == 1
+        assert not r.exists(f"wrote:{child.pid}")
+        assert not r.keys(qkey("lease", "slots:*"))  # no slot left held
+    finally:
+        child.signal(signal.SIGCONT)
