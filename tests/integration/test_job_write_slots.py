@@ -129,3 +129,76 @@ async def test_a_read_of_a_queue_whose_slot_is_half_moved_is_a_try_again(
             assert await queue.length() == 2
     finally:
         cluster.cleanup()
+
+
+HOLD_APP = """
+import asyncio
+
+class Hold:
+    queue = "moving"
+    operation = "hold"
+
+    @classmethod
+    async def perform(cls, payload):
+        await asyncio.sleep(30)
+
+WORKERS = [Hold]
+"""
+
+
+def test_a_pool_stopped_while_its_queues_slot_is_half_moved_says_what_it_could_not_return(
+    tmp_path: Any, server_binary: str
+) -> None:
+    """The campaign's scenario: a pool stopped while its queue's slot was half-moved killed its
+    children after the grace (``ClusterError: TTL exhausted``), and the tasks they held were left
+    in flight with nothing said. Here: six tasks running (two children x 4), the slot set
+    MIGRATING with its priority keys moved ahead, then SIGTERM: the children end with code 0
+    within the grace and ``RETURN_WAIT``, each says how many tasks it could not return and why,
+    nothing crashes, and the tasks stay in flight for a reaper (no task lost)."""
+    import re
+    import time
+
+    from tests.fault_helpers import PoolRunner
+
+    from fencekit import SyncClient
+
+    cluster = LocalCluster(tmp_path / "c", binary=server_binary)
+    cluster.start(timeout=60)
+    (tmp_path / "faultapp.py").write_text(HOLD_APP)
+    pool = None
+    try:
+        url = cluster.url()
+        pool = PoolRunner(tmp_path, url, "--procs", "2", "--concurrency", "4", "--grace", "1")
+        pool.wait_ready()
+        with SyncClient(redis_url=url) as sc:
+            for i in range(6):
+                sc.enqueue(Task("moving", "hold", {}, priority=5 if i % 2 else 0))
+        slot = cluster.slot("fencekit:{moving}:pending")
+        source = cluster.slot_owner(slot)
+        target = next(m for m in cluster.masters if m.port != source.port)
+        with sync_client(url) as r:
+            wait = time.monotonic() + 20
+            while sum(r.hlen(k) for k in r.scan_iter(match="fencekit:{moving}:inflight:*")) < 6:
+                assert time.monotonic() < wait, pool.output()[-2000:]
+                time.sleep(0.05)
+        cluster._command(target, "CLUSTER", "SETSLOT", slot, "IMPORTING", cluster.node_id(source))
+        cluster._command(source, "CLUSTER", "SETSLOT", slot, "MIGRATING", cluster.node_id(target))
+        cluster._command(
+            source, "MIGRATE", target.host, target.port, "", 0, 5000, "KEYS",
+            "fencekit:{moving}:pending", "fencekit:{moving}:pending:prio",
+        )  # fmt: skip
+        assert pool.stop(timeout=30) == 0
+        log = pool.output()
+        assert "crashed" not in log, log[-3000:]
+        assert "Traceback" not in log, log[-3000:]
+        assert "killed" not in log, log[-3000:]
+        not_returned = [int(n) for n in re.findall(r"(\d+) task\(s\) not returned", log)]
+        assert sum(not_returned) == 6, log[-3000:]
+        inflight = [
+            k for k in cluster._command(source, "CLUSTER", "GETKEYSINSLOT", slot, 100) if b"inflight" in k
+        ]
+        assert sum(cluster._command(source, "HLEN", k) for k in inflight) == 6  # kept for a reaper
+    finally:
+        if pool is not None:
+            pool.stop()
+        cluster.cleanup()

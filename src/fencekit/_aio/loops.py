@@ -40,7 +40,8 @@ class Backoff:
     ) -> None:
         self.logger = logger
         self.expected = expected
-        """Failures of these types are an operating condition, not a fault: the first is a WARNING."""
+        """Failures of these types are an operating condition, not a fault: the first is a WARNING
+        (so is an exception whose class says ``transient = True``: a slot migration, a failover)."""
         self.what = what
         self.base = base
         self.cap = cap
@@ -60,7 +61,8 @@ class Backoff:
         previous = self.delay
         self.delay = min(self.cap, self.base if previous == 0 else previous * 2)
         if self.failures == 1:
-            level = logging.WARNING if isinstance(exc, self.expected) else logging.ERROR
+            transient = isinstance(exc, self.expected) or getattr(exc, "transient", False)
+            level = logging.WARNING if transient else logging.ERROR
             self.logger.log(level, "%s failed, retrying in %.1fs: %s", self.what, self.delay, exc)
             self._last_log = now
         elif self.delay > previous:

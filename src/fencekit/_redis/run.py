@@ -80,6 +80,9 @@ class NodeLost(StoreError):
 class TryAgain(StoreError):
     """``TRYAGAIN``: the keys of one command are split by a slot migration under way; it did not run."""
 
+    transient = True
+    """A cluster in motion (a migration, a failover), not a fault: loops log it as a WARNING."""
+
 
 class KeysMoving(StoreError):
     """A script reached a key of its slot that a migration already moved to another node.

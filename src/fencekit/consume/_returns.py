@@ -31,7 +31,7 @@ from fencekit.consume import _settle as settle
 from fencekit.consume._outbox import Outbox, Turn
 from fencekit.consume._perform import ConsumerStats
 from fencekit.consume._settle import Retention
-from fencekit.errors import StoreError
+from fencekit.errors import FencedOutError, StoreError
 
 __all__ = ["RETURN_WAIT", "Returns"]
 
@@ -165,11 +165,16 @@ class Returns:
             try:
                 calls = await self._unfinished_calls(link, queue)
                 results = await link.pipeline(calls) if calls else []
-            except NodeLost as exc:
+            except StoreError as exc:  # its node lost, its slot moving: the other queues go on
                 unreachable.append(f"queue {queue}: {exc}")
                 continue
             returned += sum(1 for r in results if not isinstance(r, BaseException))
-            unreachable += [f"queue {queue}: {r}" for r in results if isinstance(r, NodeLost)][:1]
+            # A refused return (FencedOutError: settled or reaped meanwhile) is someone else's now.
+            failed = [
+                r for r in results if isinstance(r, BaseException) and not isinstance(r, FencedOutError)
+            ]
+            if failed:
+                unreachable.append(f"queue {queue}: {len(failed)} task(s) not returned: {failed[0]}")
         self.stats.returned += returned
         if returned:
             self.logger.info("returned %d unfinished task(s) to their queues", returned)

@@ -265,6 +265,11 @@ async def _serve(
             await consumer.stop(settings["grace"])
         try:
             await consuming
+        except StoreError:
+            if not stopping.done():
+                raise  # the consumer failed on its own: a crash
+            # At a stop: the consumer logged what it could not return (it stays in flight, and
+            # the supervisor's reaper returns it); a normal end, as for the Server.
         finally:
             await run_hooks(app.on_shutdown, client)
         return ExitCode.OK
