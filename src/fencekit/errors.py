@@ -10,6 +10,7 @@
     ├── FencedOutError               a token older than the newest one seen
     ├── CanonicalizeError (ValueError)  payload has no canonical JSON form
     ├── ConfigError (ValueError)     bad URL, bad worker settings, bad arguments
+    │   └── CrossSlotWrite           a job's fenced write outside its queue's slot (a cluster)
     ├── PayloadError (ValueError)    an envelope that cannot be encoded or decoded
     ├── EncodeError (TypeError)      a value the RESP encoder cannot frame
     ├── StoreError                   Redis failed, timed out or went away mid-call

@@ -122,8 +122,10 @@ class Wire(asyncio.Protocol):
     def _send(self, payload: bytes, count: int, timeout: float) -> asyncio.Future[Any]:
         """Queue a future for ``count`` replies (0: one bare reply) and write ``payload``."""
         transport = self._transport
-        if self._closed or transport is None or transport.is_closing():
-            raise NotSent(f"lean connection is closed ({self._close_reason or 'by its transport'})")
+        if not self._closed and transport is not None and transport.is_closing():
+            self._abort(f"connection to Redis at {self._address} closed by its transport")
+        if self._closed or transport is None:
+            raise NotSent(f"lean connection is closed ({self._close_reason})")
         fut = self._loop.create_future()
         waiters = self._waiters
         if not waiters:
