@@ -99,6 +99,19 @@ def runs_of(runs_dir: Path) -> collections.Counter[str]:
     return counts
 
 
+def at(ms: int) -> None:
+    """Sleep until Unix time ``ms`` (this process's clock)."""
+    time.sleep(max(0.0, ms / 1000 - time.time()))
+
+
+def ready_window(pools: list[PeriodicPool], seconds: int) -> tuple[int, range]:
+    """Wait for every pool; the window: ``seconds`` one-second ticks from a whole second 2 s on."""
+    for pool in pools:
+        pool.wait_ready()
+    t0 = (int(time.time()) + 2) * 1000
+    return t0, range(t0, t0 + seconds * 1000, 1000)
+
+
 def ticks(counts: collections.Counter[str], operation: str) -> dict[int, int]:
     """Tick (ms) -> runs, for the runs of ``operation`` (jid ``cron:<operation>:<tick ms>``)."""
     prefix = f"cron:{operation}:"
@@ -113,14 +126,7 @@ def test_three_pools_run_each_tick_of_a_one_second_schedule_once(
     pools = [PeriodicPool(tmp_path, aof_redis.url(), name) for name in "ABC"]
     outage: tuple[int, int] | None = None
     try:
-        for pool in pools:
-            pool.wait_ready()
-        t0 = (int(time.time()) + 2) * 1000
-        window = range(t0, t0 + 10_000, 1000)
-
-        def at(ms: int) -> None:
-            time.sleep(max(0.0, ms / 1000 - time.time()))
-
+        t0, window = ready_window(pools, 10)
         if disturbance == "sigstop":
             at(t0 + 3000)
             pools[1].signal_group(signal.SIGSTOP)
@@ -189,14 +195,7 @@ def test_a_pool_whose_clock_runs_3_s_ahead_skips_no_tick(tmp_path: Path, aof_red
         PeriodicPool(tmp_path, aof_redis.url(), "B"),
     ]
     try:
-        for pool in pools:
-            pool.wait_ready()
-        t0 = (int(time.time()) + 2) * 1000
-        window = range(t0, t0 + 12_000, 1000)
-
-        def at(ms: int) -> None:
-            time.sleep(max(0.0, ms / 1000 - time.time()))
-
+        t0, window = ready_window(pools, 12)
         at(t0 + 4000)
         pools[0].signal_group(signal.SIGSTOP)
         at(t0 + 6500)
