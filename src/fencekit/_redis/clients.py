@@ -27,6 +27,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisClusterException, RedisError, ResponseError
 from redis.retry import Retry
 
+from fencekit._redis.run import translate_error
 from fencekit._redis.sentinel import MasterWatch, newest_master
 from fencekit._redis.sentinel_pool import (
     ROLE_RECHECK,
@@ -252,6 +253,8 @@ async def check_topology(client: redis.asyncio.Redis, target: RedisTarget) -> No
                 "(use a redis:// URL)"
             ) from exc
         raise StoreError(f"{type(exc).__name__}: {exc}") from exc
+    except ResponseError as exc:  # e.g. SELECT of a database it does not have: a ConfigError
+        raise translate_error(exc) from exc
     except (RedisError, OSError) as exc:
         raise StoreError(f"{type(exc).__name__}: {exc}") from exc
     if target.is_cluster:

@@ -59,7 +59,7 @@ import hiredis
 
 from fencekit._redis.clients import resolve_address
 from fencekit._redis.resp import RespArg, pack_command, pack_commands, pack_evalsha
-from fencekit._redis.run import is_readonly, translate_reply
+from fencekit._redis.run import is_bad_database, is_readonly, translate_reply
 from fencekit._redis.scripts import Call, Script
 from fencekit._redis.sentinel import Change, MasterWatch
 from fencekit._redis.url import RedisTarget, parse_url
@@ -167,6 +167,8 @@ class LeanConnection(Wire):
         replies = await self._send(pack_commands(commands), len(commands), timeout)
         for label, reply in zip(labels, replies, strict=True):
             if isinstance(reply, _ReplyError):
+                if is_bad_database(str(reply)):  # configuration, not an outage: exit 2, not 4
+                    raise ConfigError(f"Redis at {self._address} has no database {target.db}: {reply}")
                 raise StoreError(f"Redis at {self._address} refused {label}: {reply}")
             if label == "ROLE" and not (isinstance(reply, list) and reply[:1] == [b"master"]):
                 role = reply[0] if isinstance(reply, list) and reply else reply

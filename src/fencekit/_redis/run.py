@@ -32,7 +32,7 @@ from redis.exceptions import (
 )
 
 from fencekit._redis.scripts import Call
-from fencekit.errors import FenceKitError, StoreError, script_error
+from fencekit.errors import ConfigError, FenceKitError, StoreError, script_error
 
 __all__ = [
     "ClusterDown",
@@ -143,6 +143,11 @@ def as_text(value: bytes | str | None) -> str | None:
     return value
 
 
+def is_bad_database(message: str) -> bool:
+    """True for the reply to ``SELECT`` of a database index the server does not have."""
+    return "DB index is out of range" in message
+
+
 def is_readonly(message: str) -> bool:
     """True for the error reply of a write sent to a replica."""
     return message.startswith("READONLY")
@@ -157,6 +162,10 @@ def translate_reply(message: str) -> FenceKitError:
     """Our exception for an error reply's text (a script's refusal, READONLY, OOM, anything else)."""
     if is_readonly(message):
         return StoreError(f"{READONLY_REASON}: {message}")
+    if is_bad_database(message):
+        return ConfigError(
+            f"{message} (the URL names a database this Redis does not have: see its 'databases')"
+        )
     if message.startswith(("MOVED ", "ASK ")):
         redirect = _redirect(message)
         if redirect is not None:

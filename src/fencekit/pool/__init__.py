@@ -31,8 +31,8 @@ from fencekit.errors import ConfigError, FenceKitError
 from fencekit.jobs.worker import WorkerRegistry
 from fencekit.pool._supervisor import Supervisor
 from fencekit.pool.cli import main
-from fencekit.runtime.app import App, import_path, load_app
-from fencekit.settings import PoolOptions, PoolSettings, resolve, with_url
+from fencekit.runtime.app import App, import_path, load_app, pool_url
+from fencekit.settings import PoolOptions, PoolSettings, given, resolve, with_url
 
 __all__ = ["Pool", "main"]
 
@@ -65,6 +65,14 @@ class Pool:
             self.app = App(list(workers))
             self._paths = tuple(import_path(w) for w in self.app.workers)
         self.logger = logger or logging.getLogger("fencekit.pool")
+        explicit = {"redis_url": redis_url} if redis_url is not None else {}
+        by = "Pool(redis_url=...)" if redis_url is not None else "FENCEKIT_REDIS_URL"
+        own = self.settings["redis_url"] if given(PoolSettings, "redis_url", explicit) else None
+        url, _, warning = pool_url(self.app, own, by)
+        if warning is not None:
+            self.logger.warning("%s", warning)
+        if url is not None:
+            self.settings["redis_url"] = url
         self.supervisor: Supervisor | None = None
         self._thread: threading.Thread | None = None
         self._thread_loop: asyncio.AbstractEventLoop | None = None

@@ -28,9 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from fencekit._log import LineHandler
+from fencekit._redis.url import parse_url
 from fencekit.errors import ConfigError, StoreError
 from fencekit.jobs.worker import WorkerRegistry
-from fencekit.runtime.app import App, load_app
+from fencekit.runtime.app import App, load_app, pool_url
 from fencekit.runtime.exits import ExitCode
 from fencekit.settings import PoolSettings, given, resolve, table
 
@@ -101,11 +102,19 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
             raise ConfigError("APP is missing: pass module:attribute, or set FENCEKIT_APP")
         app = load_app(spec)
         WorkerRegistry().add(app.workers)
-        if not given(PoolSettings, "redis_url", explicit):
+        by = "--redis-url" if "redis_url" in explicit else "FENCEKIT_REDIS_URL"
+        own = settings["redis_url"] if given(PoolSettings, "redis_url", explicit) else None
+        url, source, warning = pool_url(app, own, by)
+        if warning is not None:
+            logger.warning("%s", warning)
+        if url is None:
             from fencekit.pool._embedded import default_redis
 
             data_dir = Path(settings["data_dir"]) if settings["data_dir"] else None
             settings["redis_url"], embedded = default_redis(data_dir, logger)
+        else:
+            settings["redis_url"] = url
+            logger.info("Redis: %s (from %s)", parse_url(url).redacted(), source)
     except ConfigError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return ExitCode.USAGE

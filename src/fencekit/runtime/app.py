@@ -19,6 +19,7 @@ from typing import Any, Protocol, TypeVar, overload
 
 from typing_extensions import ParamSpec, Unpack
 
+from fencekit._redis.url import parse_url
 from fencekit.errors import ConfigError
 from fencekit.hooks import FenceKitHooks, check_hooks
 from fencekit.jobs.functions import (
@@ -38,7 +39,7 @@ from fencekit.settings import ClientOptions, ClientSettings, resolve, with_url
 P = ParamSpec("P")
 R = TypeVar("R")
 
-__all__ = ["App", "import_path", "load_app", "load_worker_paths", "load_workers"]
+__all__ = ["App", "import_path", "load_app", "load_worker_paths", "load_workers", "pool_url"]
 
 
 class App:
@@ -84,6 +85,9 @@ class App:
         self.on_pool_shutdown = _hooks(on_pool_shutdown, "on_pool_shutdown")
         given = with_url(redis_url, options)
         resolve(ClientSettings, given, owner="App")  # a bad setting fails here, not at the first enqueue
+        self.redis_url = redis_url
+        """The URL given to this App, None when none was: a pool serving the app without a URL
+        of its own (``--redis-url``, ``FENCEKIT_REDIS_URL``) serves this one (:func:`pool_url`)."""
         self.place = ClientPlace(
             lambda: Client(hooks=self.hooks, **given), lambda: SyncClient(hooks=self.hooks, **given)
         )
@@ -248,3 +252,26 @@ def load_worker_paths(paths: Sequence[str]) -> list[object]:
             raise ConfigError(f"cannot import worker {path!r}: {type(exc).__name__}: {exc}") from exc
         workers.append(target)
     return workers
+
+
+def pool_url(app: App, given_url: str | None, given_by: str) -> tuple[str | None, str, str | None]:
+    """Which Redis a pool serving ``app`` uses, where that came from, and a warning if any.
+
+    ``given_url``: the pool's own URL when one was given (``given_by`` says how:
+    ``--redis-url``, ``FENCEKIT_REDIS_URL``, ``Pool(redis_url=...)``), None when
+    none was. The pool's own wins; else the app's (``App(redis_url=...)``), so
+    the app's enqueues and the pool's claims meet in one Redis; else None: the
+    caller's default. Both given and different: a warning naming both.
+    """
+    if given_url is not None:
+        warning = None
+        if app.redis_url is not None and parse_url(app.redis_url) != parse_url(given_url):
+            warning = (
+                f"the pool serves {parse_url(given_url).redacted()} ({given_by}), but the app names "
+                f"{parse_url(app.redis_url).redacted()} (App(redis_url=...)): the app's enqueues "
+                "outside the pool go there, and nothing serves them"
+            )
+        return given_url, given_by, warning
+    if app.redis_url is not None:
+        return app.redis_url, "App(redis_url=...)", None
+    return None, "", None
