@@ -29,8 +29,13 @@ def test_the_distribution_is_fencekit_jobs_and_imports_as_fencekit() -> None:
     top_level = {Path(str(f)).parts[0] for f in importlib.metadata.files("fencekit-jobs") or ()}
     assert "fencekit" in top_level or any(p.endswith(".pth") for p in top_level), top_level
     readme = (ROOT / "README.md").read_text()
-    assert "pip install fencekit-jobs " in readme
-    assert re.search(r"^pip install fencekit\s", readme, re.MULTILINE) is None
+    # Not on PyPI yet: the first install line installs the checkout (CI's others-build pass
+    # builds that same wheel per Python), and the README says so and names the distribution.
+    install = re.search(r"## Install\n.*?```sh\n(.*?)\n", readme, re.DOTALL)
+    assert install is not None
+    assert install.group(1).split("#")[0].strip() == "pip install ."
+    assert "`fencekit-jobs` in place of `.`" in readme
+    assert re.search(r"^pip install fencekit", readme, re.MULTILINE) is None
 
 
 def test_the_classifiers_name_exactly_the_pythons_ci_tests() -> None:

@@ -335,3 +335,32 @@ async def test_progress_sync_writes_the_progress_from_a_sync_task(redis_url: str
         release.set()
         assert await client.result(jid, timeout=10) is True
     await asyncio.sleep(0)
+
+
+async def test_the_app_tells_what_became_of_what_it_enqueued_without_a_client(redis_url: str) -> None:
+    """The first hour, item 9: a task function's user reaches status, result and cancel of what
+    they enqueued through the app itself (``app.job``/``result``/``cancel`` and their ``_sync``
+    forms), with no ``Client`` of their own."""
+    app = App(redis_url=redis_url)
+
+    @app.task(queue="app_views")
+    async def triple(x: int) -> int:
+        return 3 * x
+
+    server = new_server(redis_url, *app.workers)
+    try:
+        async with running(server):
+            jid = await triple.enqueue(14)
+            assert await app.result(jid, timeout=10) == 42
+            info = await app.job(jid)
+            assert info is not None
+            assert info.status == "done"
+            later = await triple.options(delay=3600).enqueue(1)
+            assert await app.cancel(later) is True
+            assert (await app.job(later)).status == "cancelled"  # type: ignore[union-attr]
+            sync_jid = await asyncio.to_thread(triple.enqueue_sync, 5)
+            assert await asyncio.to_thread(app.result_sync, sync_jid, timeout=10) == 15
+            assert (await asyncio.to_thread(app.job_sync, sync_jid)).status == "done"  # type: ignore[union-attr]
+            assert await asyncio.to_thread(app.cancel_sync, sync_jid) is False  # finished: nothing to cancel
+    finally:
+        await app.close()

@@ -30,6 +30,7 @@ from fencekit.jobs.functions import (
     TaskFunction,
     task_function,
 )
+from fencekit.jobs.records import JobInfo
 from fencekit.jobs.worker import WorkerOptions
 from fencekit.produce.client import Client
 from fencekit.produce.sync_client import SyncClient
@@ -138,6 +139,33 @@ class App:
             return made
 
         return register if function is None else register(function)
+
+    # What became of a task enqueued through this app, without a Client of one's own: the
+    # running loop's client (a serving process's own), or the synchronous one.
+
+    async def job(self, jid: str, *, queue: str | None = None) -> JobInfo | None:
+        """:meth:`Client.job <fencekit.produce.client.Client.job>` on this app's Redis."""
+        return await self.place.client().job(jid, queue=queue)
+
+    async def result(self, jid: str, *, timeout: float | None = None, queue: str | None = None) -> Any:
+        """:meth:`Client.result <fencekit.produce.client.Client.result>` on this app's Redis."""
+        return await self.place.client().result(jid, timeout=timeout, queue=queue)
+
+    async def cancel(self, jid: str, *, queue: str | None = None) -> bool:
+        """:meth:`Client.cancel <fencekit.produce.client.Client.cancel>` on this app's Redis."""
+        return await self.place.client().cancel(jid, queue=queue)
+
+    def job_sync(self, jid: str, *, queue: str | None = None) -> JobInfo | None:
+        """:meth:`job` from synchronous code (the app's ``SyncClient``)."""
+        return self.place.sync_client().job(jid, queue=queue)
+
+    def result_sync(self, jid: str, *, timeout: float | None = None, queue: str | None = None) -> Any:
+        """:meth:`result` from synchronous code (the app's ``SyncClient``)."""
+        return self.place.sync_client().result(jid, timeout=timeout, queue=queue)
+
+    def cancel_sync(self, jid: str, *, queue: str | None = None) -> bool:
+        """:meth:`cancel` from synchronous code (the app's ``SyncClient``)."""
+        return self.place.sync_client().cancel(jid, queue=queue)
 
     async def close(self) -> None:
         """Close the clients this app opened for enqueues: the running loop's, and the synchronous one."""
