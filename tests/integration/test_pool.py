@@ -297,6 +297,30 @@ def test_sigterm_under_load_exits_zero_and_loses_nothing(
     assert srv.zcard("fencekit:{registry}:beats") == 0
 
 
+def test_a_second_stop_signal_says_it_skips_the_grace_and_stops_at_once(
+    app_dir: Path, private_redis: RedisServer, srv: redis.Redis
+):
+    """The first hour, item 7: a second SIGTERM/SIGINT stops at once and says so in one line."""
+    url = private_redis.url()
+    enqueue(url, 4, sleep=60)  # each task would hold the whole 60 s grace
+    pool = PoolProcess(app_dir, url, "poolapp:WORKERS", "--procs", "1", "--concurrency", "4", "--grace", "60")
+    try:
+        pool.wait_ready()
+        wait_until(lambda: in_flight(srv) == 4, 30, what="four tasks running")
+        pool.proc.send_signal(signal.SIGTERM)
+        wait_until(lambda: "pool stopping (grace 60" in pool.output(), 10, what="the graceful stop began")
+        pool.proc.send_signal(signal.SIGINT)
+        code = pool.proc.wait(30)  # far inside the grace: the second signal cut it short
+    finally:
+        pool.stop()
+    assert code == 0, pool.output()[-2000:]
+    lines = [line for line in pool.output().splitlines() if "second stop signal" in line]
+    assert len(lines) == 1, pool.output()[-2000:]
+    assert "without the rest of the grace" in lines[0]
+    assert in_flight(srv) == 0  # the killed child's tasks went back
+    assert srv.llen("fencekit:{work}:pending") == 4
+
+
 def test_a_hung_child_is_killed_and_its_task_handled_as_a_crash(
     app_dir: Path, private_redis: RedisServer, srv: redis.Redis
 ):

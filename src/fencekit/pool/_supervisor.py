@@ -151,6 +151,11 @@ class Supervisor(Liveness, PoolPlacement):
     def handle_term(self) -> None:
         """SIGTERM: stop gracefully; a second stop signal stops at once."""
         self._signals += 1
+        if self._signals == 2 and self.stopping:
+            self.logger.warning(
+                "a second stop signal: stopping now, without the rest of the grace "
+                "(children killed; their tasks go back to their queues)"
+            )
         self._control_task(self.stop(fast=self._signals > 1))
 
     handle_int = handle_term
