@@ -42,10 +42,13 @@ from fencekit import _coverage
 from fencekit._aio.loops import Backoff
 from fencekit._aio.scope import TaskScope
 from fencekit._log import LineHandler, flush_all
+from fencekit._redis import scripts
 from fencekit._redis.clients import aclose_client, async_client
 from fencekit._redis.keys import KeySpace
+from fencekit._redis.run import arun
 from fencekit._redis.url import parse_url
 from fencekit.consume._consumer import Consumer
+from fencekit.consume._returns import RETURN_WAIT
 from fencekit.errors import ConfigError, FenceKitError, StoreError
 from fencekit.jobs import _ids as ids
 from fencekit.jobs._registry import lease_ok
@@ -272,6 +275,8 @@ async def _serve(
             # the supervisor's reaper returns it); a normal end, as for the Server.
         finally:
             await run_hooks(app.on_shutdown, client)
+        if os.getppid() != config.parent:
+            await _forget_self(redis, KeySpace(settings["prefix"]), config, logger)
         return ExitCode.OK
     finally:
         detach()
@@ -281,6 +286,20 @@ async def _serve(
             stats = consumer.stats
             board.tick(config.slot, time.monotonic(), STOPPING, pid, stats.processed, stats.by_queue)
             await aclose_client(redis)
+
+
+async def _forget_self(redis: Any, keys: KeySpace, config: ChildConfig, logger: logging.Logger) -> None:
+    """An orphan's last step: out of the consumer registry at once. Its supervisor, which beat and
+    deregistered for it, is gone; left there, it would show alive until its beat aged out."""
+    call = scripts.forget(
+        consumers=keys.consumers, beats=keys.beats, consumer_id=config.consumer_id, ttl_ms=0
+    )
+    try:
+        await asyncio.wait_for(arun(redis, call), RETURN_WAIT)
+    except (StoreError, asyncio.TimeoutError) as exc:
+        logger.warning("child %d: could not leave the consumer registry: %r", config.slot, exc)
+        return
+    logger.info("child %d: left the consumer registry (its supervisor is gone)", config.slot)
 
 
 async def _connect(consumer: Consumer, stop: asyncio.Event, logger: logging.Logger, slot: int) -> bool:
