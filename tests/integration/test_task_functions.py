@@ -364,3 +364,34 @@ async def test_the_app_tells_what_became_of_what_it_enqueued_without_a_client(re
             assert await asyncio.to_thread(app.cancel_sync, sync_jid) is False  # finished: nothing to cancel
     finally:
         await app.close()
+
+
+async def test_a_mistyped_call_is_refused_at_enqueue_and_a_mistyped_task_is_a_dead_letter(
+    redis_url: str, r: Any
+) -> None:
+    """The first hour, item 6: ``nap.enqueue_sync("abc")`` for ``def nap(seconds: float)`` was
+    accepted, then failed in the worker with a ``TypeError`` that was retried."""
+    app = App(redis_url=redis_url)
+
+    @app.task(queue="typed", retry_count=5)
+    def nap(seconds: float) -> float:
+        return seconds
+
+    try:
+        with pytest.raises(PayloadError, match=r"argument 'seconds' must be float, got str 'abc'"):
+            await asyncio.to_thread(nap.enqueue_sync, "abc")
+        with pytest.raises(PayloadError, match=r"argument 'seconds' must be float"):
+            await nap.enqueue("abc")  # type: ignore[arg-type]
+        async with Client(redis_url=redis_url) as client:
+            assert await client.queue("typed").length() == 0  # nothing enqueued
+            jid = await client.enqueue(Task("typed", "nap", {"seconds": "abc"}))  # made by hand
+            server = new_server(redis_url, *app.workers)
+            async with running(server):
+                dead = await eventually(lambda: client.queue("typed").dead_letters(), what="a dead letter")
+            letters = await client.queue("typed").dead_letters()
+    finally:
+        await app.close()
+    assert dead is not None
+    assert [d.jid for d in letters] == [jid]
+    assert "param 'seconds' must be float, got str 'abc'" in letters[0].reason
+    assert stats(r, "typed").get("retried", 0) == 0  # a dead letter at once, never a retry

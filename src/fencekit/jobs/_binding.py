@@ -24,6 +24,7 @@ from typing import Any
 
 from fencekit.errors import PayloadError
 from fencekit.jobs import codec
+from fencekit.jobs._types import checks_of
 
 __all__ = ["Binder", "Unbound"]
 
@@ -39,6 +40,8 @@ class Binder:
 
     __slots__ = (
         "_by_name",
+        "_checks",
+        "_kw_check",
         "_kwargs_name",
         "_name",
         "_named",
@@ -58,6 +61,17 @@ class Binder:
         self._required = frozenset(
             p.name for p in self._params if p.default is _P.empty and p.name in self._named
         )
+        checks = checks_of(function)
+        if self._star_name in checks:  # *rest: int annotates each item of the list stored
+            item, written = checks[self._star_name]
+            checks[self._star_name] = (
+                lambda v: type(v) is list and all(item(x) for x in v),
+                f"a list of {written}",
+            )
+        self._kw_check = checks.pop(self._kwargs_name) if self._kwargs_name in checks else None
+        """**more: str annotates each param that is no parameter's (stored under its own name)."""
+        self._checks = checks
+        """The params with a plain annotation: checked at both ends (:mod:`fencekit.jobs._types`)."""
         # Every parameter can be passed by keyword (the common case): params are the kwargs as they are.
         self._by_name = self._star_name is None and all(
             p.kind is not _P.POSITIONAL_ONLY for p in self._params
@@ -88,10 +102,31 @@ class Binder:
                     value = list(value)
                 codec.check_params(value, f"{self._name}(): argument {name!r}")
                 params[name] = value
+        if self._checks or self._kw_check is not None:
+            problem = self._mistyped(params)
+            if problem is not None:
+                raise PayloadError(f"{self._name}(): argument {problem}")
         return params
+
+    def _mistyped(self, params: dict[str, Any]) -> str | None:
+        """``'name' must be T, got V`` for the first param that does not fit its annotation."""
+        for name, (check, described) in self._checks.items():
+            if name in params and not check(params[name]):
+                value = params[name]
+                return f"{name!r} must be {described}, got {type(value).__name__} {value!r:.60}"
+        if self._kw_check is not None:
+            check, described = self._kw_check
+            for name, value in params.items():
+                if name not in self._named and name != self._star_name and not check(value):
+                    return f"{name!r} must be {described}, got {type(value).__name__} {value!r:.60}"
+        return None
 
     def decode(self, params: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
         """``(args, kwargs)`` to call the function with; :class:`Unbound` names the parameter."""
+        if self._checks or self._kw_check is not None:
+            problem = self._mistyped(params)
+            if problem is not None:
+                raise Unbound(f"{self._name}(): param {problem}")
         if self._by_name:
             keys = params.keys()
             if self._required <= keys and (self._kwargs_name is not None or keys <= self._named):
