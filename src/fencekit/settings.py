@@ -213,6 +213,15 @@ class ServerOptions(ClientOptions, total=False):
         float,
         Option(10.0, "seconds running tasks get to finish at a stop", check=at_least(0.0), metavar="S"),
     ]
+    wait_for_redis: Annotated[
+        float,
+        Option(
+            0.0,
+            "seconds a start waits for Redis to answer before giving up (0: give up at once)",
+            check=at_least(0.0),
+            metavar="S",
+        ),
+    ]
     web_port: Annotated[
         int | None,
         Option(3030, "port of /live /ready /admin /metrics (0: any free port; off: none)", check=_port,

@@ -140,3 +140,38 @@ def test_a_database_the_server_does_not_have_exits_2_not_4(
     assert done.returncode == 2, done.stdout + done.stderr
     assert "DB index is out of range" in done.stderr, done.stderr
     assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_wait_for_redis_lets_a_pool_start_before_its_redis(tmp_path: Path, server_binary: str) -> None:
+    """The first hour, item 5: a pool started before its Redis exited 4 at once; with
+    ``--wait-for-redis 30`` it waits (one line when the wait begins, one when Redis answers),
+    then serves. Without it, exit 4 as before."""
+    (tmp_path / "urlapp.py").write_text(APP)
+    server = RedisServer(tmp_path / "late", binary=server_binary)
+    url = server.url()
+    env = {k: v for k, v in os.environ.items() if k != "FENCEKIT_REDIS_URL"}
+    env.update(PYTHONPATH=str(tmp_path), TEST_APP_URL=url)
+    argv = [sys.executable, "-m", "fencekit.pool", "urlapp:app", "--procs", "1", "--web-port", "-1"]
+    at_once = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert at_once.returncode == 4, at_once.stderr
+    log = tmp_path / "pool.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [*argv, "--wait-for-redis", "30"], cwd=tmp_path, env=env, stdout=out, stderr=out
+        )
+    try:
+        wait_until(lambda: "waiting up to 30s" in log.read_text(), 20, what="the wait begins")
+        assert proc.poll() is None
+        server.start()
+        wait_until(lambda: "pool ready" in log.read_text() or proc.poll() is not None, 30, what="pool ready")
+        assert proc.poll() is None, log.read_text()
+        stop(proc)
+        assert proc.returncode == 0, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        server.cleanup()
+    text = log.read_text()
+    assert text.count("does not answer") == 1, text
+    assert "answered after" in text, text

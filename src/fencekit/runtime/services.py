@@ -39,7 +39,7 @@ from fencekit._redis.clients import aclose_client, async_client, check_topology
 from fencekit._redis.keys import KeySpace
 from fencekit._redis.url import RedisTarget
 from fencekit.consume._settle import Retention
-from fencekit.errors import ConfigError
+from fencekit.errors import ConfigError, StoreError
 from fencekit.hooks import FenceKitHooks
 from fencekit.jobs._registry import ConsumerRecord, register_queues
 from fencekit.jobs.histogram import DurationHistogram, QueueDurations
@@ -167,8 +167,38 @@ class Services:
     async def open(self) -> None:
         """Check that Redis answers (and is a cluster exactly when the URL says so: ConfigError
         otherwise) and register the queue names; raises StoreError."""
-        await check_topology(self.redis, self.target)
+        await self._wait_for_redis()
         await register_queues(self.redis, self.keys, self.queues)
+
+    async def _wait_for_redis(self) -> None:
+        """``check_topology``, again and again for ``wait_for_redis`` seconds while Redis does not
+        answer (one line when the wait begins, one when it ends); a ConfigError at once."""
+        patience = self.settings.get("wait_for_redis", 0.0)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        delay = 0.1
+        while True:
+            try:
+                await check_topology(self.redis, self.target)
+            except StoreError as exc:
+                waited = loop.time() - started
+                if waited + delay > patience:
+                    raise
+                if delay == 0.1:
+                    self.logger.warning(
+                        "Redis at %s does not answer (%s): waiting up to %gs (wait_for_redis)",
+                        self.target.redacted(),
+                        exc,
+                        patience,
+                    )
+                await asyncio.sleep(delay)
+                delay = min(1.0, delay * 2)
+                continue
+            if delay > 0.1:
+                self.logger.info(
+                    "Redis at %s answered after %.1fs", self.target.redacted(), loop.time() - started
+                )
+            return
 
     async def start_web(self) -> None:
         """Start /live /ready /admin /metrics on ``web_port`` (unless None); ConfigError if it is busy."""
