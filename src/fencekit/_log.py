@@ -95,6 +95,11 @@ class LineHandler(logging.StreamHandler):  # type: ignore[type-arg]
         except Exception:
             self.handleError(record)
             return
+        # The per-job lines gathered for this handler (JobLines) happened first: they go first,
+        # or a task's WARNING would be written before its own "started" line.
+        for gathered in tuple(_job_lines):
+            if gathered._pending and gathered._pending_to is self:
+                gathered.hand_over()
         self.add(line)
 
     def add(self, line: str) -> None:

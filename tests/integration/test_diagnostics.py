@@ -122,3 +122,40 @@ async def test_a_thousand_schedules_log_one_line_per_round(private_redis: RedisS
     info = [r for r in logger.list_handler.records if r.levelno == logging.INFO]  # type: ignore[attr-defined]
     assert len(info) == 1, [r.getMessage() for r in info[:5]]
     assert "1000 run(s) of 1000 schedule(s)" in info[0].getMessage()
+
+
+async def test_a_processs_lines_are_written_in_the_order_they_happened(redis_url: str) -> None:
+    """The first hour, item 7: 50 of 106 failure lines came before their own "started" line (the
+    per-job INFO lines are gathered and written at the next loop iteration; a WARNING went out
+    at once, ahead of them)."""
+    import io
+    import re
+
+    from fencekit._log import LineHandler
+
+    out = io.StringIO()
+    logger = logging.getLogger("test.diag.order")
+    logger.handlers[:] = [LineHandler(out)]
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+
+    async def boom(payload: dict[str, Any]) -> None:
+        raise RuntimeError("boom")
+
+    server = new_server(redis_url, worker("order", "boom", boom, retry_count=1), concurrency=20)
+    server.logger = logger
+    async with Client(redis_url=redis_url) as client, running(server):
+        jids = await client.enqueue_many([Task("order", "boom", {}) for _ in range(40)])
+        await eventually(
+            lambda: out.getvalue().count("failed permanently") == 40, timeout=30, what="every task failed"
+        )
+    lines = out.getvalue().splitlines()
+    for jid in jids:
+        mine = [line for line in lines if jid in line]
+        kinds = [re.sub(r".* (started|retrying|failed permanently).*", r"\1", line) for line in mine]
+        assert [k for k in kinds if k in ("started", "retrying", "failed permanently")] == [
+            "started",
+            "retrying",
+            "started",
+            "failed permanently",
+        ], mine
