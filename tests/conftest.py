@@ -13,7 +13,6 @@ with a fixed number of examples, and ``dev`` otherwise;
 
 from __future__ import annotations
 
-import gc
 import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -34,19 +33,6 @@ hypothesis_settings.register_profile("dev", deadline=None, max_examples=100)
 hypothesis_settings.load_profile(
     os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
 )
-
-
-@pytest.fixture(autouse=True)
-def _collect_what_the_test_left() -> Iterator[None]:
-    """Garbage a test leaves (an unclosed socket or transport) is collected at its own teardown.
-
-    ``filterwarnings = error`` makes a ResourceWarning fail the test during which the garbage
-    collector happens to meet it, often a later, unrelated one. Collected here, after the
-    test's other fixtures (this one is set up first, so it is torn down last), the warning
-    fails the test that leaked, by name.
-    """
-    yield
-    gc.collect()
 
 
 @pytest.fixture(scope="session")
