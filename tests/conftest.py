@@ -18,7 +18,6 @@ import os
 import warnings
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis
@@ -38,44 +37,20 @@ hypothesis_settings.load_profile(
 )
 
 
-LEAKS: list[tuple[str, str]] = []
-"""(test id, warning) of every unclosed resource found when its test ended."""
-
-
 @pytest.fixture(autouse=True)
-def _collect_what_the_test_left(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Garbage a test leaves (an unclosed socket or transport) is collected at its own teardown
-    and reported against that test in the run's summary.
+def _collect_what_the_test_left() -> Iterator[None]:
+    """Garbage a test leaves (an unclosed socket or transport) fails that test, at its own teardown.
 
     Left to the collector, the ResourceWarning (an error under ``filterwarnings = error``)
-    failed whichever later test the collector happened to run in, at random. One leak is
-    known and not fixed yet: an asyncio transport to a node, sometimes left by
-    ``test_cluster_services.py::test_a_server_that_stops_right_after_its_first_tasks_always_stops``
-    (twenty fast stops on a cluster). Until it is fixed, leaks are listed by test, not failed.
+    failed whichever later test the collector happened to run in, at random.
     """
     yield
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ResourceWarning)
         gc.collect()
-    LEAKS.extend((request.node.nodeid, str(w.message)) for w in caught if w.category is ResourceWarning)
-
-
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    output = getattr(session.config, "workeroutput", None)  # a pytest-xdist worker: to the controller
-    if output is not None:
-        output["leaks"] = [list(leak) for leak in LEAKS]
-
-
-def pytest_testnodedown(node: Any, error: Any) -> None:
-    """pytest-xdist's controller: gather each worker's list for the summary."""
-    LEAKS.extend((nodeid, message) for nodeid, message in getattr(node, "workeroutput", {}).get("leaks", []))
-
-
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if LEAKS:
-        terminalreporter.section(f"unclosed resources ({len(LEAKS)}), by the test that left them")
-        for nodeid, message in LEAKS:
-            terminalreporter.line(f"{nodeid}: {message[:160]}")
+    leaks = [str(w.message) for w in caught if w.category is ResourceWarning]
+    if leaks:
+        pytest.fail(f"the test left {len(leaks)} unclosed resource(s): " + "; ".join(m[:200] for m in leaks))
 
 
 @pytest.fixture(scope="session")

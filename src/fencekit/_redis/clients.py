@@ -27,6 +27,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisClusterException, RedisError, ResponseError
 from redis.retry import Retry
 
+from fencekit._aio.closing import finish
 from fencekit._redis.run import translate_error
 from fencekit._redis.sentinel import MasterWatch, newest_master
 from fencekit._redis.sentinel_pool import (
@@ -278,8 +279,13 @@ async def aclose_client(client: redis.asyncio.Redis) -> None:
     A cluster client's nodes are disconnected here whatever its state:
     redis-py 8.1's ``RedisCluster.aclose()`` does nothing while the client
     waits to re-read the slot map, which a timeout or a lost connection leaves
-    it doing, so every node connection would leak.
+    it doing, so every node connection would leak. The close runs to its end
+    even if the caller is cancelled meanwhile (:func:`~fencekit._aio.closing.finish`).
     """
+    await finish(_aclose_client(client))
+
+
+async def _aclose_client(client: redis.asyncio.Redis) -> None:
     await client.aclose()  # a watched Sentinel pool stops its master watch too
     if isinstance(client, _ASYNC_CLUSTER):
         manager = cast(Any, client).nodes_manager

@@ -44,6 +44,7 @@ from typing import Any
 import redis.asyncio
 from redis.exceptions import RedisError
 
+from fencekit._aio.closing import aclose_all
 from fencekit._aio.scope import TaskScope
 from fencekit._redis.url import RedisTarget
 from fencekit.errors import StoreError
@@ -191,8 +192,7 @@ async def newest_master(target: RedisTarget) -> Address:
     try:
         replies = await ask_sentinels(target, clients)
     finally:
-        for client in clients:
-            await client.aclose()
+        await aclose_all(*clients)
     view = MasterView(target.master_name or "")
     view.poll(replies, time.monotonic())
     if view.address is None:
@@ -276,7 +276,7 @@ class MasterWatch:
 
     async def _close_pollers(self) -> None:
         pollers, self._pollers = self._pollers, []
-        await _close_all(*pollers)
+        await aclose_all(*pollers)
 
     def _tell(self, change: Change | None) -> None:
         if change is None:
@@ -325,29 +325,6 @@ class MasterWatch:
                 log.warning("sentinel %s:%s: subscription failed, again in %.1fs: %r", host, port, delay, exc)
                 self._poll_now.set()
             finally:
-                await _close_all(pubsub, client)
+                await aclose_all(pubsub, client)
             await asyncio.sleep(delay)
             delay = min(2.0, delay * 2)
-
-
-async def _close_all(*resources: Any) -> None:
-    """``aclose()`` each of ``resources`` (redis-py clients, pub/subs), even through cancellations.
-
-    A stopping watch's task is cancelled, and its task scope cancels again a task
-    still running a moment later: a close interrupted there would leave its socket
-    open. So a cancel met while closing is kept, the close is made again, and the
-    cancel is raised once everything is closed. Errors of a dead connection are
-    ignored: it is closed either way.
-    """
-    cancelled: asyncio.CancelledError | None = None
-    for resource in resources:
-        while True:
-            try:
-                await resource.aclose()
-                break
-            except asyncio.CancelledError as exc:
-                cancelled = exc
-            except (RedisError, OSError):
-                break
-    if cancelled is not None:
-        raise cancelled

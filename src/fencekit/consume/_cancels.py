@@ -16,13 +16,13 @@ when a queue's slot moves.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import redis.asyncio
 
+from fencekit._aio.closing import aclose_all
 from fencekit._aio.loops import Backoff
 from fencekit._redis.cluster.pubsub import sharded_pubsub
 from fencekit._redis.run import as_text
@@ -99,10 +99,8 @@ class CancelListener:
             self._on_cancel(queue, jid, int(token))
 
     async def _drop(self) -> None:
-        if self._pubsub is not None:
-            with contextlib.suppress(Exception):
-                await self._pubsub.aclose()
-            self._pubsub = None
+        pubsub, self._pubsub = self._pubsub, None
+        await aclose_all(pubsub)
 
     async def aclose(self) -> None:
         await self._drop()

@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 
 import redis.asyncio
 
+from fencekit._aio.closing import aclose_all
 from fencekit._aio.scope import TaskScope
 from fencekit._redis import scripts
 from fencekit._redis.cluster.pubsub import sharded_pubsub
@@ -278,7 +279,5 @@ class ResultWaiter:
             await self._scope.aclose()  # raises the caller's cancellation, once the listener ended
         finally:
             self._listener = None
-            if self._pubsub is not None:
-                with contextlib.suppress(Exception):
-                    await self._pubsub.aclose()
-                self._pubsub = None
+            pubsub, self._pubsub = self._pubsub, None
+            await aclose_all(pubsub)

@@ -37,6 +37,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any, cast
 
+from fencekit._aio.closing import finish
 from fencekit._aio.scope import TaskScope
 from fencekit._redis.cluster.routing import (
     MAX_REDIRECTS,
@@ -270,7 +271,7 @@ class ClusterLink:
             self._opening.clear()
             conns = list(self._conns.values())
             self._conns.clear()
-            await asyncio.gather(*(conn.aclose() for conn in conns), return_exceptions=True)
+            await finish(asyncio.gather(*(conn.aclose() for conn in conns), return_exceptions=True))
 
     # -- routing ----------------------------------------------------------
 

@@ -30,7 +30,6 @@ reconnects a single node. The readers are tasks of the subscriber's
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any, cast
 
 import redis
@@ -40,6 +39,7 @@ import redis.asyncio.cluster
 import redis.client
 from redis.exceptions import RedisClusterException, ResponseError, SlotNotCoveredError
 
+from fencekit._aio.closing import aclose_all
 from fencekit._aio.scope import TaskScope
 from fencekit._redis.cluster.batches import plain_node_client
 from fencekit._redis.cluster.link import Address, redirect_of, slot_of
@@ -174,9 +174,7 @@ class ClusterSubscriber:
         try:
             await self._scope.aclose()  # every reader, cancelled and awaited
         finally:
-            for shard in shards:
-                with contextlib.suppress(Exception):
-                    await shard.pubsub.aclose()  # type: ignore[no-untyped-call]
+            await aclose_all(*(shard.pubsub for shard in shards))
 
     # -- subscribing ------------------------------------------------------
 
@@ -210,8 +208,7 @@ class ClusterSubscriber:
             except BaseException:
                 self._stale = True
                 if fresh:
-                    with contextlib.suppress(Exception):
-                        await shard.pubsub.aclose()  # type: ignore[no-untyped-call]
+                    await aclose_all(shard.pubsub)
                 raise
             if fresh:
                 self._shards[name] = shard
@@ -281,7 +278,6 @@ class ClusterSubscriber:
             for channel in [c for c, where in self._placed.items() if where == name]:
                 del self._placed[channel]
         self._stale = True
-        with contextlib.suppress(Exception):
-            await shard.pubsub.aclose()  # type: ignore[no-untyped-call]
+        await aclose_all(shard.pubsub)
         if not self._closed:
             self._inbox.put_nowait(exc)
