@@ -57,7 +57,7 @@ __all__ = [
 ]
 
 
-def _cluster_kwargs(target: RedisTarget, overrides: dict[str, Any]) -> dict[str, Any]:
+def _cluster_kwargs(target: RedisTarget, overrides: dict[str, Any], *, aio: bool = False) -> dict[str, Any]:
     """redis-py cluster arguments: the URL's credentials, TLS and timeouts, nothing re-sent.
 
     redis-py's cluster client re-sends a command after a connection error or
@@ -65,7 +65,7 @@ def _cluster_kwargs(target: RedisTarget, overrides: dict[str, Any]) -> dict[str,
     ``ASK``) and ``TRYAGAIN`` are still followed: the node did not run the
     command.
     """
-    kwargs = target.connection_kwargs() | overrides
+    kwargs = target.connection_kwargs(aio=aio) | overrides
     kwargs.pop("db", None)
     kwargs.pop("retry", None)
     return kwargs
@@ -79,7 +79,7 @@ def _cluster_client(target: RedisTarget, overrides: dict[str, Any]) -> redis.Red
 
 
 def _async_cluster_client(target: RedisTarget, overrides: dict[str, Any]) -> redis.asyncio.Redis:
-    kwargs = _cluster_kwargs(target, overrides)
+    kwargs = _cluster_kwargs(target, overrides, aio=True)
     nodes = [redis.asyncio.cluster.ClusterNode(host, port) for host, port in target.seeds]
     client = redis.asyncio.RedisCluster(startup_nodes=nodes, retry=AsyncRetry(NoBackoff(), 0), **kwargs)
     return cast(redis.asyncio.Redis, client)
@@ -108,10 +108,10 @@ def sync_client(target: RedisTarget | str, **overrides: Any) -> redis.Redis:
     kwargs = target.connection_kwargs() | overrides
     if target.is_sentinel:
         assert target.master_name is not None
-        sentinel = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+        sentinel = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call,unused-ignore]
             list(target.sentinels), sentinel_kwargs=target.sentinel_kwargs(), **kwargs
         )
-        client = sentinel.master_for(  # type: ignore[no-untyped-call]
+        client = sentinel.master_for(  # type: ignore[no-untyped-call,unused-ignore]
             target.master_name,
             redis_class=WatchedRedis,
             connection_pool_class=WatchedSyncSentinelPool,
@@ -147,10 +147,10 @@ def loopless_client(target: RedisTarget | str, **overrides: Any) -> redis.Redis:
     if not target.is_sentinel:
         return redis.Redis(**kwargs)
     assert target.master_name is not None
-    sentinel = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+    sentinel = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call,unused-ignore]
         list(target.sentinels), sentinel_kwargs=target.sentinel_kwargs(), **kwargs
     )
-    client = sentinel.master_for(  # type: ignore[no-untyped-call]
+    client = sentinel.master_for(  # type: ignore[no-untyped-call,unused-ignore]
         target.master_name,
         connection_class=SyncRoleCheckedConnection,
         health_check_interval=ROLE_RECHECK,
@@ -197,11 +197,11 @@ def async_client(target: RedisTarget | str, **overrides: Any) -> redis.asyncio.R
         target = parse_url(target)
     if target.is_cluster:
         return _async_cluster_client(target, overrides)
-    kwargs = target.connection_kwargs() | overrides
+    kwargs = target.connection_kwargs(aio=True) | overrides
     if target.is_sentinel:
         assert target.master_name is not None
-        sentinel = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call]
-            list(target.sentinels), sentinel_kwargs=target.sentinel_kwargs(), **kwargs
+        sentinel = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call,unused-ignore]
+            list(target.sentinels), sentinel_kwargs=target.sentinel_kwargs(aio=True), **kwargs
         )
         client = sentinel.master_for(
             target.master_name,

@@ -172,7 +172,7 @@ class MasterView:
 
 
 def _sentinel_client(target: RedisTarget, host: str, port: int) -> redis.asyncio.Redis:
-    return redis.asyncio.Redis(host=host, port=port, **target.sentinel_kwargs())
+    return redis.asyncio.Redis(host=host, port=port, **target.sentinel_kwargs(aio=True))
 
 
 async def ask_sentinels(target: RedisTarget, clients: Iterable[redis.asyncio.Redis]) -> list[Any]:

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
+from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -156,15 +157,15 @@ class RedisTarget:
             return f"unix://{auth}{self.path}?db={self.db}"
         return f"{self.scheme}://{auth}{self.host}:{self.port}/{self.db}"
 
-    def connection_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments shared by redis-py's sync and asyncio connections (retries off)."""
+    def connection_kwargs(self, *, aio: bool = False) -> dict[str, Any]:
+        """Keyword arguments of redis-py's connections (retries off), asyncio ones if ``aio``."""
         kwargs: dict[str, Any] = {
             "db": self.db,
             "username": self.username,
             "password": self.password,
             "socket_timeout": self.socket_timeout,
             "socket_connect_timeout": self.socket_connect_timeout,
-            "retry": Retry(NoBackoff(), 0),
+            "retry": _no_retry(aio),
         }
         if self.path is not None:
             kwargs["unix_socket_path"] = self.path
@@ -190,15 +191,21 @@ class RedisTarget:
             steps.append(("ROLE", (b"ROLE",)))
         return steps
 
-    def sentinel_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of the connections to the sentinels themselves."""
+    def sentinel_kwargs(self, *, aio: bool = False) -> dict[str, Any]:
+        """Keyword arguments of the connections to the sentinels themselves (asyncio ones if ``aio``)."""
         return {
             "username": self.sentinel_username,
             "password": self.sentinel_password,
             "socket_timeout": self.socket_timeout,
             "socket_connect_timeout": self.socket_connect_timeout,
-            "retry": Retry(NoBackoff(), 0),
+            "retry": _no_retry(aio),
         }
+
+
+def _no_retry(aio: bool) -> Retry | AsyncRetry:
+    """redis-py's "never re-send" (I4), of the kind its client wants: redis-py 8.2 converts a
+    synchronous ``Retry`` given to an asyncio client, with a warning."""
+    return AsyncRetry(NoBackoff(), 0) if aio else Retry(NoBackoff(), 0)
 
 
 def with_db(target: RedisTarget, db: int) -> RedisTarget:

@@ -173,6 +173,7 @@ class Consumer(Turns, WakeClaims, Returns):
         self._reconcile = False
         self._reconcile_queues: set[str] = set()  # a cluster node's queues whose claim reply was lost
         self._node_lost = False  # the last turn met a failed cluster node (queue.turns)
+        self._cluster = target.is_cluster  # one has_work call per queue (queue.turns)
         self._lease_blocked = False
         self._link: Link | None = None
         self._backoff = Backoff(logger, f"consumer {consumer_id}: claiming")

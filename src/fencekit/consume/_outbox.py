@@ -41,10 +41,12 @@ class AckClaim:
 
 @dataclass(slots=True)
 class Turn:
-    """What one round trip carries: ``items[i]`` is sent as ``calls[i]``."""
+    """What one round trip carries: ``items[i]`` is sent as ``calls[i]``; then one ``has_work``
+    call per entry of ``probes`` (the queues found empty it asks about, in its keys' order)."""
 
     items: list[Settle | AckClaim] = field(default_factory=list)
     calls: list[Call] = field(default_factory=list)
+    probes: list[tuple[str, ...]] = field(default_factory=list)
 
     @property
     def claims(self) -> bool:

@@ -57,6 +57,7 @@ class Turns:
     _observer: Observer | None
     _reconcile_queues: set[str]
     _node_lost: bool
+    _cluster: bool
 
     if TYPE_CHECKING:
 
@@ -73,7 +74,26 @@ class Turns:
                 claim_queue = self._pick_queue()
             else:
                 self._lease_blocked = True
-        return self.outbox.take(claim_queue, min(free, self.max_claim))
+        turn = self.outbox.take(claim_queue, min(free, self.max_claim))
+        if claim_queue is not None:
+            self._ask_empty_queues(turn)
+        return turn
+
+    def _ask_empty_queues(self, turn: Turn) -> None:
+        """Ask, in this claiming turn, whether the queues found empty have work again.
+
+        The waker blocks only while every queue is empty; without this, a queue
+        found empty while the others kept the consumer busy would wait until
+        they were all drained (round-robin, docs/flow.md). One read-only call
+        (one per queue on a Redis Cluster, whose queues are in several slots).
+        """
+        empty = tuple(q for q in self._qkeys if q in self._empty and q not in self._paused)
+        if not empty:
+            return
+        groups = [(q,) for q in empty] if self._cluster else [empty]
+        for queues in groups:
+            turn.probes.append(queues)
+            turn.calls.append(scripts.has_work([self._qkeys[q].pending for q in queues]))
 
     def _ack_claim_call(
         self, queue: str, want: int, acks: Sequence[int], recorded: Sequence[scripts.RecordedAck]
@@ -110,6 +130,10 @@ class Turns:
                 self._absorb_settle(item, reply)
             else:
                 self._absorb_ack_claim(item, reply)
+        for queues, reply in zip(turn.probes, replies[len(turn.items) :]):
+            if isinstance(reply, list):  # else it did not run (a moving slot, ...): asked again next turn
+                for index in reply:
+                    self._empty.discard(queues[int(index) - 1])
 
     def _absorb_ack_claim(self, item: AckClaim, reply: Any) -> None:
         queue = item.queue

@@ -71,13 +71,13 @@ def sharded_pubsub(client: redis.asyncio.Redis) -> Any:
 def channel_pubsub(client: redis.Redis, channel: str) -> redis.client.PubSub:
     """A synchronous pub/sub for one sharded ``channel``: the client's own, or its node's on a cluster."""
     if not isinstance(client, _SYNC_CLUSTER):
-        return cast(redis.client.PubSub, client.pubsub())  # type: ignore[no-untyped-call]
+        return cast(redis.client.PubSub, client.pubsub())  # type: ignore[no-untyped-call,redundant-cast,unused-ignore]
     cluster = cast(redis.RedisCluster, client)
     try:
         node = cluster.get_node_from_key(channel)  # type: ignore[no-untyped-call]
     except (SlotNotCoveredError, RedisClusterException) as exc:
         raise StoreError(f"no Redis Cluster node serves the slot of {channel}: {exc}") from exc
-    return cast(redis.client.PubSub, cluster.get_redis_connection(node).pubsub())  # type: ignore[no-untyped-call]
+    return cast(redis.client.PubSub, cluster.get_redis_connection(node).pubsub())  # type: ignore[no-untyped-call,redundant-cast,unused-ignore]
 
 
 def read_slot_map_again(client: redis.Redis) -> None:

@@ -107,6 +107,14 @@ def ack_claim(
     return call("ack_claim", keys, args)
 
 
+def has_work(pendings: Sequence[str]) -> Call:
+    """Which queues of ``pendings`` have a task waiting: the reply's 1-based indexes (``has_work.lua``).
+
+    One call per slot on a Redis Cluster (the keys of several queues are in several slots).
+    """
+    return call("has_work", tuple(pendings), ())
+
+
 def retry(
     *,
     inflight: str,
