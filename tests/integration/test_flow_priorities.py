@@ -57,6 +57,7 @@ PENDING_SCRIPTS = {
     "requeue.lua": "_prio",
     "run_now.lua": "_prio",
     "schedule.lua": "_prio",
+    "has_work.lua": "reads the default list's length and the priority marker (_prio.lua's ZSET)",
     "job_info.lua": "reads the record and the in-flight hashes, never the lists",
     "idem_begin.lua": "'pending:<owner>' is an idempotency state, not a queue",
     "idem_done.lua": "'pending:<owner>' is an idempotency state, not a queue",

@@ -139,3 +139,25 @@ async def test_a_pool_child_takes_turns_between_three_queues(
         sys.modules.pop("turnsapp", None)
     order = performed()
     assert turns_after(order, start).count("c") >= 4, (start, order, time.monotonic() - began)
+
+
+async def test_has_work_sees_default_and_priority_tasks_and_nothing_else(redis_url: str) -> None:
+    """The probe's reply: the 1-based indexes of the queues with a task waiting, priority lists too."""
+    from fencekit._redis import scripts
+    from fencekit._redis.clients import aclose_client, async_client
+    from fencekit._redis.keys import KeySpace
+    from fencekit._redis.run import arun
+
+    keys = KeySpace()
+    queues = ["hw-empty", "hw-default", "hw-prio", "hw-scheduled"]
+    pendings = [keys.queue(q).pending for q in queues]
+    r = async_client(redis_url)
+    try:
+        async with Client(redis_url=redis_url) as client:
+            assert await arun(r, scripts.has_work(pendings)) == []
+            await client.enqueue(Task("hw-default", "op"))
+            await client.enqueue(Task("hw-prio", "op", priority=3))
+            await client.enqueue(Task("hw-scheduled", "op"), delay=60)
+        assert await arun(r, scripts.has_work(pendings)) == [2, 3]
+    finally:
+        await aclose_client(r)

@@ -695,6 +695,7 @@ def every_call(keys: KeySpace, queue: str) -> dict[str, scripts.Call]:
         "drain_probe": scripts.drain_probe(
             pending=qk.pending, scheduled=qk.scheduled, stats=qk.stats, inflight=[qk.inflight("c1")]
         ),
+        "has_work": scripts.has_work([qk.pending]),
         "expired": scripts.expired(beats=keys.beats, ttl_ms=1000, limit=10),
         "forget": scripts.forget(consumers=keys.consumers, beats=keys.beats, consumer_id="c", ttl_ms=0),
         "fence_set": scripts.fence_set(
