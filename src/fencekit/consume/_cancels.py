@@ -21,13 +21,19 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import redis.asyncio
+import redis.exceptions
 
 from fencekit._aio.closing import aclose_all
 from fencekit._aio.loops import Backoff
 from fencekit._redis.cluster.pubsub import sharded_pubsub
 from fencekit._redis.run import as_text
+from fencekit.errors import StoreError
 
 __all__ = ["CancelListener"]
+
+
+# redis-py's own errors reach the listener untranslated (its pub/sub is redis-py's).
+UNREACHABLE = (StoreError, redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 
 
 class CancelListener:
@@ -49,7 +55,7 @@ class CancelListener:
         self._redis = redis_client
         self.channels = dict(channels)  # channel -> queue
         self._on_cancel = on_cancel
-        self._backoff = Backoff(logger, f"consumer {name}: listening for cancels")
+        self._backoff = Backoff(logger, f"consumer {name}: listening for cancels", unreachable=UNREACHABLE)
         self._pubsub: Any = None
         self._confirmed: set[str] = set()
         self.subscribed = asyncio.Event()
@@ -66,6 +72,12 @@ class CancelListener:
 
     async def run(self) -> None:
         """Listen until stopped or cancelled; reconnect with back-off when the connection fails."""
+        try:
+            await self._listen()
+        finally:
+            self._backoff.rest()
+
+    async def _listen(self) -> None:
         while not self._stopping:
             try:
                 if self._pubsub is None:
@@ -78,7 +90,7 @@ class CancelListener:
                 self.subscribed.clear()
                 self._confirmed.clear()
                 await self._drop()
-                await asyncio.sleep(self._backoff.failed(exc))
+                await self._backoff.pause(exc)
                 continue
             self._backoff.succeeded()
             if message is not None:

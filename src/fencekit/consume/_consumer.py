@@ -48,6 +48,7 @@ from typing import Any
 import redis.asyncio
 
 from fencekit._aio.loops import Backoff
+from fencekit._aio.outage import OUTAGE
 from fencekit._aio.scope import TaskScope
 from fencekit._redis import scripts
 from fencekit._redis.clients import watch_of
@@ -218,6 +219,8 @@ class Consumer(Turns, WakeClaims, Returns):
         self._turns = turns = self._spawn(
             self._loop(), name=f"fencekit-turns-{self.consumer_id}", awaited=True
         )
+        # Redis answers again: claim now, not at the end of the back-off.
+        stop_listening = OUTAGE.listen(self._event.set)
         try:
             try:
                 await turns
@@ -225,6 +228,7 @@ class Consumer(Turns, WakeClaims, Returns):
                 if not (self._cut_off and turns.cancelled()):
                     raise  # the consumer's own task is cancelled (not the deadline's cut)
         finally:
+            stop_listening()
             await self._wind_down(waker, cancels)
 
     async def _wind_down(self, waker: asyncio.Task[None], cancels: asyncio.Task[None]) -> None:
@@ -254,6 +258,7 @@ class Consumer(Turns, WakeClaims, Returns):
         waker_stop = self._waker.stop(waker, self._unblock)
         await step(self.scope.wait_for(waker_stop, left, name="fencekit-wake-stop"))
         await step(self.scope.aclose())  # the waker, the listener, the deadline watch, any job left
+        self._backoff.rest()
         await step(self._cancels.aclose())
         self._performer.close()
         await step(self._return_inflight(deadline))  # StoreError: they stay in flight for the reaper
@@ -303,6 +308,8 @@ class Consumer(Turns, WakeClaims, Returns):
                     continue
                 self._event.clear()
                 self._want_wake_update()
+                if self._backoff.failing:
+                    self._backoff.rest()  # not trying while idle: the outage is the others' to end
                 await self._event.wait()
                 continue
             try:
@@ -319,7 +326,7 @@ class Consumer(Turns, WakeClaims, Returns):
             except StoreError as exc:
                 self.outbox.restore(turn)
                 self._reconcile = self._reconcile or turn.claims
-                await self._sleep_or_stop(self._backoff.failed(exc))
+                await self._back_off(self._backoff.failed(exc))
                 continue
             self._backoff.succeeded()
             self._absorb(turn, replies)
@@ -388,6 +395,19 @@ class Consumer(Turns, WakeClaims, Returns):
                 self.target, name=f"fk:{self.consumer_id}", kind=self.link_kind, watch=self._watch
             )
         return self._link
+
+    async def _back_off(self, delay: float) -> None:
+        """Wait a failed turn's back-off, cut short when Redis answers again: another loop of this
+        process reached it (the outage sets ``_event``), or the lease came back (a heartbeat landed:
+        in a pool, the supervisor's, seen on the board)."""
+        if not self._lease_blocked:
+            await self._sleep_or_stop(delay)
+            return
+        end = time.monotonic() + delay
+        while (left := end - time.monotonic()) > 0 and not self._lease_ok():
+            await self._sleep_or_stop(min(LEASE_RECHECK, left))
+            if self._event.is_set():
+                return
 
     async def _sleep_or_stop(self, delay: float) -> None:
         self._event.clear()

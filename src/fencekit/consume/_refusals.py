@@ -18,6 +18,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 
+from fencekit._aio.outage import OUTAGE
 from fencekit.consume._perform import ConsumerStats
 
 __all__ = ["Refusals"]
@@ -89,7 +90,8 @@ class Refusals:
         """Say once why the consumer stopped claiming, and once when it starts again."""
         if blocked and self._idle_since is None:
             self._idle_since = time.monotonic()
-            self.logger.warning(
+            self.logger.log(
+                logging.DEBUG if OUTAGE.open else logging.WARNING,  # Redis is away: the outage's line says it
                 "consumer %s: not claiming: no heartbeat has reached Redis for more than half its "
                 "%.0fs lease, so peers may soon return its tasks (the heartbeat's log line says why "
                 "it fails; Redis out of memory refuses them); it claims again after the next heartbeat",

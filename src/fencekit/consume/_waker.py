@@ -113,9 +113,15 @@ class Waker:
 
     async def run(self) -> None:
         """Wait for work until cancelled or :meth:`stop`."""
-        if self.target.is_cluster:
-            await self._run_per_slot()
-            return
+        try:
+            if self.target.is_cluster:
+                await self._run_per_slot()
+            else:
+                await self._run()
+        finally:
+            self._backoff.rest()
+
+    async def _run(self) -> None:
         keys = list(self.wake_keys)
         while True:
             await self.wanted.wait()
@@ -138,7 +144,7 @@ class Waker:
             except Exception as exc:  # StoreError, or a bug: the back-off logs it; wake-ups go on
                 if claims:
                     self.on_lost()
-                await asyncio.sleep(self._backoff.failed(exc))
+                await self._backoff.pause(exc)
                 self.on_wake(None)
                 continue
             self._backoff.succeeded()
@@ -178,8 +184,8 @@ class Waker:
                 task.result()  # the first failure ends them all
 
     async def _wait_slot(self, keys: list[str]) -> None:
-        # A lost BLPOP costs a wake-up at most (each failure wakes its queues): Redis going away,
-        # or a failover under it, is a WARNING here; the turns report an outage as an ERROR.
+        # A lost BLPOP costs a wake-up at most (each failure wakes its queues): a failover under
+        # it is a WARNING here; Redis going away is the process's outage (fencekit._aio.outage).
         backoff = Backoff(
             self._logger, f"consumer {self.name}: waiting for work on {keys[0]}", expected=(StoreError,)
         )
@@ -194,7 +200,7 @@ class Waker:
                         link = await open_link(self.target, name=f"fk:{self.name}:wake", kind=self.link_kind)
                     reply = await link.execute("BLPOP", *keys, self.poll, timeout=self.poll + 5.0)
                 except Exception as exc:  # StoreError, or a bug: the back-off logs it; wake-ups go on
-                    await asyncio.sleep(backoff.failed(exc))
+                    await backoff.pause(exc)
                     for key in keys:
                         self.on_wake(self.wake_keys[key])
                     continue
@@ -203,6 +209,7 @@ class Waker:
                 for key in woken:
                     self.on_wake(self.wake_keys[key])
         finally:  # cancelled by run()'s end: the link is this wait's alone
+            backoff.rest()
             if link is not None:
                 await link.aclose()
 

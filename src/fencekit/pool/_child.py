@@ -316,6 +316,7 @@ async def _connect(consumer: Consumer, stop: asyncio.Event, logger: logging.Logg
             continue
         backoff.succeeded()
         return True
+    backoff.rest()
     return False
 
 

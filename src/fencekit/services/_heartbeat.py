@@ -108,8 +108,8 @@ class Heartbeat:
             self.on_reset(self.resets)
 
     def loop(self) -> Loop:
-        """The periodic beat (failures retried sooner, within a third of the TTL)."""
-        backoff = Backoff(
-            self.logger, "heartbeat", base=min(1.0, self.ttl / 10), cap=self.ttl / BEATS_PER_TTL
-        )
+        """The periodic beat; a failed beat is retried within a second (sooner when another loop
+        reaches Redis: :meth:`~fencekit._aio.loops.Backoff.pause`), since claims wait for it."""
+        retry = min(1.0, self.ttl / 10)
+        backoff = Backoff(self.logger, "heartbeat", base=retry, cap=retry)
         return Loop("heartbeat", self.beat_once, lambda: self.ttl / BEATS_PER_TTL, backoff)
