@@ -197,6 +197,22 @@ async def test_sigterm_stops_a_server_cleanly(
     assert jid in log
 
 
+async def test_a_second_stop_signal_cancels_the_running_tasks_of_a_server_at_once(
+    tmp_path: Path, redis_url: str, r: Any, procs: list[ServerProcess]
+) -> None:
+    """The first hour, item 7: a Server's second SIGTERM/SIGINT skips the grace and says so in one line."""
+    child, jid = await start_holding(tmp_path, redis_url, r, procs, "second", ttl=5.0, grace=600.0)
+    child.signal(signal.SIGTERM)
+    await eventually(lambda: "shutting down" in child.log(), timeout=10, what="the graceful stop began")
+    child.signal(signal.SIGINT)
+    assert child.wait(30) == 0  # far inside the 600-s grace: the second signal cut it short
+    lines = [line for line in child.log().splitlines() if "second stop signal" in line]
+    assert len(lines) == 1, child.log()
+    assert "without the rest of the grace" in lines[0]
+    assert [(e["jid"], e["attempt"]) for e in pending(r, "second")] == [(jid, 0)]  # back, same attempt
+    assert inflight_count(r, "second") == 0
+
+
 async def test_a_concurrency_slot_is_a_lease_a_paused_holder_resumes_beside_the_new_one(
     tmp_path: Path, redis_url: str, r: Any, procs: list[ServerProcess]
 ) -> None:

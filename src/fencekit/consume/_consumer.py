@@ -166,6 +166,8 @@ class Consumer(Turns, WakeClaims, Returns):
             on_cancel=self._cancel,
         )
         self._stopping = False
+        self._hurried = False  # skip_grace(): no (more) waiting for running tasks at a stop
+        self._hurry: asyncio.Future[None] | None = None
         self._stopped = asyncio.Event()
         self._turns: asyncio.Task[None] | None = None  # the loop, a task of the scope while run() runs
         self._deadline: float | None = None  # loop time by which a stop gives up on Redis
@@ -283,12 +285,30 @@ class Consumer(Turns, WakeClaims, Returns):
         self._stopping = True
         self._event.set()
         tasks = list(self._running.values())
-        if tasks and grace > 0:
-            await asyncio.wait(tasks, timeout=grace)
+        if tasks and grace > 0 and not self._hurried:
+            await self._within_grace(tasks, grace)
         for task in list(self._running.values()):
             task.cancel()
         self._give_up_at()
         await self._stopped.wait()
+
+    async def _within_grace(self, tasks: list[asyncio.Task[None]], grace: float) -> None:
+        """Wait until ``tasks`` finish, ``grace`` s pass, or :meth:`skip_grace` is called."""
+        loop = asyncio.get_running_loop()
+        self._hurry = hurry = loop.create_future()
+        deadline = loop.time() + grace
+        pending: set[asyncio.Future[Any]] = set(tasks)
+        while pending and not hurry.done() and (left := deadline - loop.time()) > 0:
+            _, pending = await asyncio.wait(
+                {*pending, hurry}, timeout=left, return_when=asyncio.FIRST_COMPLETED
+            )
+            pending.discard(hurry)
+
+    def skip_grace(self) -> None:
+        """Cancel the running tasks now instead of at the end of the stop's grace (a second signal)."""
+        self._hurried = True
+        if self._hurry is not None and not self._hurry.done():
+            self._hurry.set_result(None)
 
     # the loop ---------------------------------------------------------------
     async def _loop(self) -> None:

@@ -94,6 +94,7 @@ class Server:
         self._startup: list[Hook] = []
         self._shutdown: list[Hook] = []
         self._stop = asyncio.Event()
+        self._skipped = False  # a second stop signal skipped the grace
         self._redis = async_client(self.target)
         self._client = Client.sharing(settings, self._redis, self.hooks)
         self.keys = self._client.keys
@@ -138,16 +139,28 @@ class Server:
         return await self._client.stats()
 
     def stop(self) -> None:
-        """Ask :meth:`run` to shut down (what SIGTERM and SIGINT do)."""
+        """Ask :meth:`run` to shut down: running tasks get ``grace`` s to finish."""
         self._stop.set()
 
-    handle_term = handle_int = stop
+    def handle_term(self) -> None:
+        """SIGTERM or SIGINT: :meth:`stop`; a second one cancels the running tasks at once."""
+        if self._stop.is_set() and self.consumer is not None and not self._skipped:
+            self._skipped = True
+            self.logger.warning(
+                "a second stop signal: stopping now, without the rest of the grace "
+                "(running tasks cancelled; they go back to their queues)"
+            )
+            self.consumer.skip_grace()
+        self.stop()
+
+    handle_int = handle_term
 
     async def run(self) -> None:
         """Serve until stopped, or in burst mode until drained (see the module docstring)."""
         if not len(self.registry):
             raise ConfigError("no workers registered: call server.add_workers(...) before run()")
         self._stop = asyncio.Event()
+        self._skipped = False
         self._left = None
         await self._serve()
         left = self.burst_left()
