@@ -172,7 +172,7 @@ def kill_the_child_while_redis_is_away(pool: Pool, private_redis: RedisServer) -
     private_redis.stop()
     os.kill(first, signal.SIGKILL)
     wait_until(lambda: child_pid(pool) != first, 15, what="a new child")
-    pool.wait_for("child 0: connecting to Redis failed")
+    pool.wait_for("Redis is not answering (child 0: connecting to Redis")
     assert "could not register child 0 before starting it" in pool.output()
     return child_pid(pool)
 
@@ -184,7 +184,7 @@ def test_a_child_started_while_redis_is_away_waits_for_it_then_serves(
     pools.append(pool)
     kill_the_child_while_redis_is_away(pool, private_redis)
     private_redis.start()
-    pool.wait_for("child 0: connecting to Redis recovered")
+    pool.wait_for("Redis answers again (child 0: connecting to Redis)")
     import asyncio
 
     asyncio.run(enqueue(private_redis.url(), 5))

@@ -53,10 +53,11 @@ from fencekit._aio.scope import TaskScope
 from fencekit._redis import scripts
 from fencekit._redis.clients import watch_of
 from fencekit._redis.keys import KeySpace
-from fencekit._redis.link import Link, open_link, wait_replicas
+from fencekit._redis.link import Link, open_link
 from fencekit._redis.run import Durability
 from fencekit._redis.url import RedisTarget
 from fencekit.consume._cancels import CancelListener
+from fencekit.consume._durable import confirm_settled
 from fencekit.consume._observe import Observer
 from fencekit.consume._outbox import Outbox
 from fencekit.consume._perform import ConsumerStats, Performer
@@ -351,31 +352,13 @@ class Consumer(Turns, WakeClaims, Returns):
             self._backoff.succeeded()
             self._absorb(turn, replies)
             if self.durable is not None and turn.settles:
-                await self._wait_replicas(link, self.durable)
+                await confirm_settled(link, self.durable, self.logger)
             if self._node_lost:  # a cluster node is down: no busy loop over its outcomes while idle
                 self._node_lost = False
                 await self._sleep_or_stop(NODE_LOST_PAUSE)
 
     def _unsettled(self) -> set[tuple[str, int]]:
         return set(self._running) | self.outbox.outcomes()
-
-    async def _wait_replicas(self, link: Link, durable: Durability) -> None:
-        """WAIT after a turn that settled tasks (scripts cannot WAIT themselves)."""
-        try:
-            confirmed = await wait_replicas(link, durable)
-        except StoreError as exc:
-            self.logger.warning(
-                "could not wait for %d replica(s) after settling tasks: %s", durable.replicas, exc
-            )
-            return
-        if confirmed < durable.replicas:
-            self.logger.warning(
-                "settlements confirmed by %d of %d replica(s) within %d ms: a failover now could undo them "
-                "(those tasks would run again)",
-                confirmed,
-                durable.replicas,
-                durable.timeout_ms,
-            )
 
     # performing -------------------------------------------------------------
     def _start(self, queue: str, token: int, raw: bytes) -> None:
