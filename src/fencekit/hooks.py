@@ -53,7 +53,9 @@ class JobEvent(NamedTuple):
     ``traceparent`` the task carries (set at enqueue by
     :attr:`FenceKitHooks.trace_enqueue`), ``error`` the exception of a
     failed or retried attempt, of a refused enqueue, or of a timeout
-    (``TimeoutError``); ``delay`` the seconds until a retry runs.
+    (``TimeoutError``); ``delay`` the seconds until a retry runs. ``attempt``
+    is the run's number from 1, as the log lines and the admin page count
+    (:func:`~fencekit.jobs.codec.run_number`; 0 where no envelope was read).
     """
 
     queue: str

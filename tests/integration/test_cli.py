@@ -414,7 +414,7 @@ async def test_job_shows_a_record_from_result_to_traceback(redis_url: str, r: re
     data = ok_json(fk(redis_url, "job", good, "--json"))
     shown = ("found", "jid", "queue", "operation", "status", "attempt", "result", "params")
     assert {k: data[k] for k in shown} == {
-        "found": True, "jid": good, "queue": "pgn", "operation": "parse", "status": "done", "attempt": 0,
+        "found": True, "jid": good, "queue": "pgn", "operation": "parse", "status": "done", "attempt": 1,
         "result": {"moves": 42}, "params": {"id": 1},
     }  # fmt: skip
     assert data["token"] > 0

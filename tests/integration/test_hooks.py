@@ -227,7 +227,7 @@ async def test_a_server_tells_each_stage_of_a_job_once_redis_accepted_it(redis_u
     assert rec.jobs(flaky) == ["enqueued", "started", "retried", "started", "succeeded"]
     assert rec.jobs(fail) == ["enqueued", "started", "retried", "started", "failed"]
     done = rec.event("on_succeeded", ok)
-    assert (done.queue, done.operation, done.attempt, done.error) == ("hk", "run", 0, None)
+    assert (done.queue, done.operation, done.attempt, done.error) == ("hk", "run", 1, None)
     assert done.token is not None
     assert done.token > 0
     assert done.claimed_ns is not None
@@ -239,7 +239,7 @@ async def test_a_server_tells_each_stage_of_a_job_once_redis_accepted_it(redis_u
     assert str(retried.error) == "flaky attempt 0"
     assert retried.delay == pytest.approx(1.0)
     failed = rec.event("on_failed", fail)
-    assert failed.attempt == 1
+    assert failed.attempt == 2  # its second run, "attempt 2 of 2" in the log
     assert isinstance(failed.error, ValueError)
     enqueued = rec.event("on_enqueued", ok)
     assert enqueued.token is None
@@ -395,10 +395,10 @@ def test_the_supervisor_reaps_a_killed_childs_job_and_tells_on_reaped(redis_url:
             out, _ = pool.communicate()
     assert pool.returncode == 0, out.decode(errors="replace")[-3000:]
     (reaped,) = _hooked(events, "reaped")
-    assert (reaped["jid"], reaped["token"], reaped["attempt"]) == (jid, first["token"], 0)
+    assert (reaped["jid"], reaped["token"], reaped["attempt"]) == (jid, first["token"], 1)
     assert reaped["pid"] == pool.pid  # told in the supervisor, whose reaper returned it
     (second,) = _hooked(events, "succeeded")
-    assert second["attempt"] == 1
+    assert second["attempt"] == 2
     assert second["token"] > first["token"]
     assert second["pid"] not in (first["pid"], pool.pid)  # the restarted child
 

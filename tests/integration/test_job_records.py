@@ -75,7 +75,7 @@ async def test_a_task_s_life_read_by_jid_from_pending_to_done(redis_url: str, r:
             "games",
             "analyse",
             {"n": 7},
-            0,
+            1,  # the run it waits for
         )
         assert info.enqueued_at is not None
         assert before - 1 <= info.enqueued_at <= time.time() + 1
@@ -255,7 +255,7 @@ async def test_a_failure_is_kept_with_its_traceback_and_can_run_again(redis_url:
         assert 'return payload["lines"]' in error.traceback
         info = await client.job(jid)
         assert info is not None
-        assert (info.status, info.params, info.attempt) == (JobStatus.FAILED, {"id": 1}, 0)
+        assert (info.status, info.params, info.attempt) == (JobStatus.FAILED, {"id": 1}, 1)
         assert r.pttl(qkey("pgn", f"job:{jid}")) == -1  # kept until keep_failed pushes it out
         handle = client.queue("pgn")
         assert [f.jid for f in await handle.failed()] == [jid]
@@ -327,13 +327,13 @@ async def test_a_retried_task_s_record_says_scheduled_with_its_last_error(redis_
     async with Client(redis_url=redis_url) as client, running(server):
         jid = await client.enqueue(Task("again", "run"))
         info = await eventually(lambda: _scheduled(client, jid), timeout=10, what="the retry")
-        assert info.attempt == 1
+        assert info.attempt == 2  # the run it waits for
         assert info.error is not None
         assert str(info.error) == "RuntimeError: first run"
         assert await client.result(jid, timeout=10) == "second run"
         done = await client.job(jid)
     assert done is not None
-    assert (done.status, done.attempt) == (JobStatus.DONE, 1)
+    assert (done.status, done.attempt) == (JobStatus.DONE, 2)  # done on its second run
 
 
 async def _scheduled(client: Client, jid: str) -> Any:

@@ -126,7 +126,7 @@ def event_of(
         queue,
         envelope.operation,
         envelope.jid,
-        envelope.attempt,
+        codec.run_number(envelope.attempt),
         token,
         envelope.trace,
         claimed_ns,

@@ -131,7 +131,7 @@ class Outcomes:
         policy = spec.policy
         following = None if final else policy.next_attempt(envelope.attempt)
         delivery = self.delivery(queue, token)
-        attempt = f"attempt {envelope.attempt + 1} of {policy.runs()}"
+        attempt = f"attempt {codec.run_number(envelope.attempt)} of {policy.runs()}"
         if exc is not None:
             error = records.JobError.of(exc)
         else:

@@ -190,7 +190,7 @@ class Performer(Outcomes):
                 envelope.jid,
                 queue,
                 envelope.operation,
-                envelope.attempt + 1,
+                codec.run_number(envelope.attempt),
                 spec.policy.runs(),
             )
         timeout = None if plain else envelope.timeout if envelope.timeout is not None else spec.timeout

@@ -44,6 +44,7 @@ __all__ = [
     "encode",
     "is_timeout",
     "peek_jid",
+    "run_number",
 ]
 
 DEFAULT_MAX_PAYLOAD = 1 << 20  # 1 MiB per envelope
@@ -97,6 +98,18 @@ class PlainEnvelope(Envelope):
     """An envelope without optional fields: what decoding most tasks gives (one type check tells)."""
 
     __slots__ = ()
+
+
+def run_number(attempt: int) -> int:
+    """The attempt number fencekit shows for a run: 1 for the first run, 2 for the first retry, ...
+
+    The one definition every view uses (log lines, ``JobInfo.attempt`` and so
+    the CLI and its JSON, the admin pages, ``JobEvent.attempt`` for hooks and
+    OTel). The task's own field ``attempt`` (``Task``, the envelope,
+    ``current_job().attempt``) counts the runs that already failed, as the
+    seed defines it: the retry delay is ``1s * 1.5 ** attempt``.
+    """
+    return attempt + 1
 
 
 def check_params(params: object, label: str = "params") -> None:

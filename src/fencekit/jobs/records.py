@@ -93,6 +93,8 @@ class JobInfo:
     params: dict[str, Any] | None
     status: JobStatus
     attempt: int
+    """The number of its run, from 1: the run under way, the last one, or the one it waits for
+    (:func:`~fencekit.jobs.codec.run_number`); 0 when its envelope is gone."""
     result: Any = None
     error: JobError | None = None
     enqueued_at: float | None = None
@@ -201,7 +203,7 @@ def parse(jid: str, queue: str, reply: Sequence[Any], now_ms: float | None = Non
         operation=envelope.operation if envelope else None,
         params=envelope.params if envelope else None,
         status=status,
-        attempt=envelope.attempt if envelope else 0,
+        attempt=codec.run_number(envelope.attempt) if envelope else 0,
         result=result,
         error=_error(fields.get("error")),
         enqueued_at=_ms(fields.get("enqueued")),

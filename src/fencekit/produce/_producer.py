@@ -122,7 +122,13 @@ class Producer:
                 for i, task in enumerate(tasks):
                     trace = codec.decode(envelopes[i]).trace if i < len(envelopes) else None
                     event = JobEvent(
-                        task.queue, task.operation, task.jid, task.attempt, None, trace, at_ns=now
+                        task.queue,
+                        task.operation,
+                        task.jid,
+                        codec.run_number(task.attempt),
+                        None,
+                        trace,
+                        at_ns=now,
                     )
                     hooks.job("enqueued", event._replace(error=error))
 

@@ -104,7 +104,7 @@ class RunningView:
     queue: str
     jid: str | None
     operation: str | None
-    attempt: int
+    attempt: int  # the run's number, from 1 (codec.run_number)
     consumer: str
     token: int
     runtime: float  # seconds since its claim

@@ -49,6 +49,7 @@ from fencekit._redis.steps import Batch, Op, adrive, arun_batch, cmd
 from fencekit._redis.url import RedisTarget, parse_url
 from fencekit.consume._settle import in_flight
 from fencekit.errors import StoreError
+from fencekit.jobs import codec
 from fencekit.jobs._registry import ConsumerRecord, known_queues
 from fencekit.jobs.histogram import DurationHistogram
 from fencekit.jobs.history import History, HistoryBucket, read_histories
@@ -313,7 +314,11 @@ class AdminSource:
         for (cid, q), entries in zip(busy, hashes):
             for d in in_flight(entries):
                 runtime = max(0.0, now_ms / 1000 - d.token / 1_000_000)
-                rows.append(RunningView(q, d.jid, d.operation, d.attempt, cid, d.token, runtime, d.recorded))
+                rows.append(
+                    RunningView(
+                        q, d.jid, d.operation, codec.run_number(d.attempt), cid, d.token, runtime, d.recorded
+                    )
+                )
         rows.sort(key=lambda v: v.runtime, reverse=True)
         return tuple(rows[: self.dead_letter_limit])
 
