@@ -194,7 +194,7 @@ def _clip(text: str) -> str:
 def _failed_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("queue", metavar="QUEUE")
     action = parser.add_mutually_exclusive_group()
-    action.add_argument("--retry", metavar="JID", help="run this failed task again from attempt 0")
+    action.add_argument("--retry", metavar="JID", help="run this failed task again from its first attempt")
     action.add_argument("--retry-all", action="store_true", help="run every kept failure again")
     action.add_argument("--show", metavar="JID", help="print one kept failure with its traceback")
     parser.add_argument(
