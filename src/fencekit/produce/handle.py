@@ -132,7 +132,7 @@ class Queue:
         return await self._run(steps.failed_count(self._qk))
 
     async def retry_failed(self, jid: str | None = None) -> int:
-        """Run kept failures again from their first attempt: task ``jid``, or every one (``None``); returns how many.
+        """Run kept failures again, from the first attempt: ``jid``, or all (``None``); returns how many.
 
         The new attempt keeps a record for the producer's retention of the
         first one (else the client's ``keep_result``).

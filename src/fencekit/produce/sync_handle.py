@@ -113,7 +113,7 @@ class SyncQueue:
         return self._run(steps.failed_count(self._qk))
 
     def retry_failed(self, jid: str | None = None) -> int:
-        """Run kept failures again from their first attempt: task ``jid``, or every one (``None``); returns how many."""
+        """Run kept failures again, from the first attempt: ``jid``, or all (``None``); returns how many."""
         keep = self._producer.keep_result if self._producer is not None else None
         return self._run(steps.retry_failed(self._qk, jid, keep))
 
