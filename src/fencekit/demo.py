@@ -7,7 +7,8 @@ analyses (the first one is enqueued by the pool's ``on_pool_startup`` hook, the 
 by the task itself through ``current_job().enqueue``). Each ``analyse`` task
 "thinks" for a few milliseconds, fails now and then to show retries, and
 records its result through ``current_job().set_if_fresh`` -- a write that a
-stale delivery could not make. Watch the log, and the admin page at
+stale delivery could not make -- under the queue's keys (``fencekit:{demo}:result:<game>``):
+the demo writes nothing outside its prefix. Watch the log, and the admin page at
 http://127.0.0.1:3030/admin.
 """
 
@@ -58,7 +59,7 @@ class Analyse:
             raise RuntimeError("engine crashed (demo)")
         job = current_job()
         await job.set_if_fresh(
-            f"demo:result:{payload['game']}", f"best move e2e4 at depth {payload['depth']}"
+            f"fencekit:{{{QUEUE}}}:result:{payload['game']}", f"best move e2e4 at depth {payload['depth']}"
         )
 
 

@@ -23,7 +23,7 @@ from. Resolved settings are the same TypedDicts with every key present.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any
 
 from typing_extensions import TypedDict
@@ -31,7 +31,7 @@ from typing_extensions import TypedDict
 from fencekit._options import Option, defaults, describe, given, resolve, table, with_url
 from fencekit._redis.address import default_url
 from fencekit._redis.keys import DEFAULT_PREFIX, validate_prefix
-from fencekit._redis.url import DEFAULT_URL, parse_url
+from fencekit._redis.url import parse_url
 from fencekit.jobs.codec import DEFAULT_MAX_PAYLOAD
 from fencekit.jobs.flow import check_weights, parse_weights
 
@@ -49,6 +49,7 @@ __all__ = [
     "describe",
     "given",
     "resolve",
+    "resolve_connecting",
     "table",
     "with_url",
 ]
@@ -130,8 +131,9 @@ class UrlOption(TypedDict, total=False):
         Option(
             default_url,
             "Redis URL: redis://, rediss://, unix://, redis+sentinel:// or redis+cluster:// (a password "
-            "is better kept in the environment than on a command line; default: the embedded Redis's socket "
-            f"while one runs, else {DEFAULT_URL})",
+            "is better kept in the environment than on a command line; default: the embedded Redis of "
+            "the data directory, which the pool, Server and Client start if none runs; a server on the "
+            "default port is used only when named)",
             check=_url,
             secret=True,
             metavar="URL",
@@ -327,3 +329,17 @@ class ServerSettings(UrlOption, ServerOptions):
 
 class PoolSettings(UrlOption, PoolOptions):
     """Resolved settings of the pool (supervisor and children): every key present."""
+
+
+def resolve_connecting(kind: type, redis_url: str | None, options: Mapping[str, Any], owner: str) -> Any:
+    """:func:`resolve` for a part that connects (``Client``, ``SyncClient``, ``Server``): with no
+    Redis URL given (argument or ``FENCEKIT_REDIS_URL``), the embedded Redis of the data directory,
+    started if none runs (:func:`fencekit._redis.embedded.default_url`) -- never whatever answers
+    on the default port."""
+    explicit = with_url(redis_url, options)
+    settings = resolve(kind, explicit, owner=owner)
+    if not given(kind, "redis_url", explicit):
+        from fencekit._redis.embedded import default_url as embedded_url
+
+        settings["redis_url"] = embedded_url()
+    return settings

@@ -455,7 +455,9 @@ def test_the_demo_app_makes_jobs_flow(private_redis: RedisServer, srv: redis.Red
         wait_until(lambda: stats(srv, "demo").get("processed", 0) >= 15, 30, what="demo jobs processed")
     finally:
         assert pool.stop() == 0
-    assert srv.keys("demo:result:*")
+    assert srv.keys("fencekit:{demo}:result:*")
+    outside = [k for k in srv.keys("*") if not k.startswith(b"fencekit:")]
+    assert outside == []  # the demo writes only under its prefix (the first hour, item 2)
 
 
 def test_the_supervisor_serves_probes_admin_and_metrics_for_its_children(

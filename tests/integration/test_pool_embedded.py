@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import signal
 import subprocess
@@ -20,7 +21,7 @@ from fencekit import Client, ConfigError, Task
 from fencekit._redis.address import DEFAULT_URL, Record, default_url, read, write
 from fencekit.pool import Pool
 from fencekit.pool._embedded import default_redis
-from fencekit.testing import RedisServer, free_port, wait_until
+from fencekit.testing import RedisServer, wait_until
 
 APP = textwrap.dedent(
     """
@@ -132,10 +133,6 @@ def data_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     shutil.rmtree(directory, ignore_errors=True)
 
 
-def nothing_answers() -> tuple[str, int]:
-    return ("127.0.0.1", free_port())
-
-
 def enqueue_from_another_process(n: int) -> None:
     """``Client()`` with no URL in a fresh interpreter (it inherits FENCEKIT_DATA_DIR)."""
     code = (
@@ -161,7 +158,7 @@ def test_the_embedded_default_has_a_stable_socket_that_client_finds_and_keeps_it
     data_dir: Path,
 ) -> None:
     logger = capture_logger("test.embedded")
-    url, embedded = default_redis(None, logger, probe=nothing_answers())
+    url, embedded = default_redis(None, logger)
     assert embedded is not None
     try:
         assert url == f"unix://{data_dir.resolve()}/redis.sock?db=0"
@@ -169,13 +166,15 @@ def test_the_embedded_default_has_a_stable_socket_that_client_finds_and_keeps_it
         enqueue_from_another_process(3)
         assert pending_by_default_client() == 3
         line = messages(logger)[-1]
-        assert line.startswith(f"no Redis answered at {DEFAULT_URL}: started an embedded ")
+        assert line.startswith(
+            "no Redis URL given (--redis-url, FENCEKIT_REDIS_URL, App(redis_url=)): started an "
+        )
         assert f" at {url} with its data in {data_dir}" in line
     finally:
         embedded.stop()
     assert default_url() == DEFAULT_URL  # the record goes with the server
     assert not (data_dir / "redis.json").exists()
-    again, embedded = default_redis(None, logger, probe=nothing_answers())
+    again, embedded = default_redis(None, logger)
     assert embedded is not None
     try:
         assert again == url  # the same address on every start
@@ -186,10 +185,10 @@ def test_the_embedded_default_has_a_stable_socket_that_client_finds_and_keeps_it
 
 def test_a_second_pool_shares_the_running_embedded_redis_and_an_orphan_is_adopted(data_dir: Path) -> None:
     logger = capture_logger("test.embedded.shared")
-    url, first = default_redis(None, logger, probe=nothing_answers())
+    url, first = default_redis(None, logger)
     assert first is not None
     try:
-        shared, none = default_redis(None, logger, probe=nothing_answers())
+        shared, none = default_redis(None, logger)
         assert (shared, none) == (url, None)  # not a second server on the same AOF
         assert messages(logger)[-1].startswith(f"using the embedded Redis at {url} (pid ")
         # Its pool is gone (a SIGKILLed supervisor leaves the server running): the next pool adopts it.
@@ -198,7 +197,7 @@ def test_a_second_pool_shares_the_running_embedded_redis_and_an_orphan_is_adopte
         gone = subprocess.Popen([sys.executable, "-c", "pass"])
         gone.wait()
         write(data_dir, Record(record.url, record.server, gone.pid))
-        adopted_url, adopted = default_redis(None, logger, probe=nothing_answers())
+        adopted_url, adopted = default_redis(None, logger)
         assert adopted_url == url
         assert adopted is not None
         assert messages(logger)[-1].startswith(f"adopting the embedded Redis at {url} (pid {record.server})")
@@ -207,3 +206,47 @@ def test_a_second_pool_shares_the_running_embedded_redis_and_an_orphan_is_adopte
         assert default_url() == DEFAULT_URL
     finally:
         first.stop()
+
+
+def test_a_client_given_no_url_starts_the_embedded_redis_and_the_next_pool_adopts_it(data_dir: Path) -> None:
+    """The first hour, item 2: ``Client()`` with no URL anywhere uses the data directory's embedded
+    Redis, started when none runs; it outlives the client (its tasks wait for a pool), which adopts it."""
+    env = {k: v for k, v in os.environ.items() if k != "FENCEKIT_REDIS_URL"}
+    code = (
+        "import asyncio, logging, sys\n"
+        "logging.basicConfig(level=logging.INFO, stream=sys.stdout, format='%(message)s')\n"
+        "from fencekit import Client, Task\n"
+        "async def main():\n"
+        "    async with Client() as client:\n"
+        "        await client.enqueue_many(Task('embed', 'echo', {'n': i}) for i in range(4))\n"
+        "asyncio.run(main())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    record = read(data_dir)
+    assert record is not None, done.stdout + done.stderr  # still running: the client is gone
+    assert record.url == f"unix://{data_dir.resolve()}/redis.sock?db=0"
+    assert "no Redis URL given (redis_url, FENCEKIT_REDIS_URL): started an embedded " in done.stdout
+    assert "it keeps running after this process; the next pool adopts it" in done.stdout
+    logger = capture_logger("test.embedded.client")
+    url, adopted = default_redis(None, logger)
+    assert adopted is not None
+    try:
+        assert url == record.url
+        assert messages(logger)[-1].startswith(f"adopting the embedded Redis at {url}")
+        assert pending_by_default_client() == 4
+    finally:
+        adopted.stop()
+    assert read(data_dir) is None
+
+
+def test_the_cli_given_no_url_and_no_embedded_redis_asks_for_one(data_dir: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "FENCEKIT_REDIS_URL"}
+    done = subprocess.run(
+        [sys.executable, "-m", "fencekit", "queues"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert (
+        "no Redis URL given (--redis-url, FENCEKIT_REDIS_URL) and no embedded Redis runs in " in done.stderr
+    )
+    assert read(data_dir) is None  # nothing started

@@ -1,4 +1,4 @@
-"""The embedded ``Pool`` used the wrong way round, and the embedded Redis default's probe.
+"""The embedded ``Pool`` used the wrong way round, and the embedded Redis default.
 
 A pool asked for its children before it started, stopped before it started,
 started twice, started against a Redis that is not there (async and sync
@@ -22,7 +22,7 @@ from fencekit._redis.address import data_home
 from fencekit.pool import Pool
 from fencekit.pool._embedded import answers, default_redis
 from fencekit.runtime.exits import ExitCode
-from fencekit.testing import RedisServer, free_port
+from fencekit.testing import RedisServer
 
 APP = textwrap.dedent(
     """
@@ -131,20 +131,25 @@ async def test_an_exec_child_whose_app_cannot_load_stops_the_pool_with_the_boot_
         await pool.stop(fast=True)
 
 
-def test_the_embedded_default_uses_a_redis_that_answers_at_its_probe(
+def test_the_embedded_default_never_takes_a_redis_that_merely_answers(
     private_redis: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    probe = (private_redis.host, private_redis.port)
-    assert answers(*probe)
-    assert not answers("127.0.0.1", free_port())
+    """The first hour, item 2: with no URL anywhere the pool used whatever answered on 6379 (the
+    machine's own Redis got the demo's keys). A server answering is not a server given."""
+    assert answers(private_redis.host, private_redis.port)
     logger = capture_logger("test.embed-edge")
-    url, server = default_redis(tmp_path / "unused", logger, probe=probe)
-    assert (url, server) == (f"redis://{probe[0]}:{probe[1]}/0", None)
-    assert not (tmp_path / "unused").exists()  # nothing started, nothing written
-    assert messages(logger) == [
-        f"using the Redis that answers at {url} (no --redis-url or FENCEKIT_REDIS_URL given, "
-        f"and no embedded Redis runs in {tmp_path / 'unused'})"
-    ]
+    url, server = default_redis(tmp_path / "mine", logger)
+    assert server is not None
+    try:
+        assert url.startswith(("unix://", "redis://127.0.0.1:"))
+        assert url != "redis://127.0.0.1:6379/0"
+        (line,) = messages(logger)
+        assert line.startswith(
+            "no Redis URL given (--redis-url, FENCEKIT_REDIS_URL, App(redis_url=)): started "
+        )
+        assert f"with its data in {tmp_path / 'mine'}" in line
+    finally:
+        server.stop()
     monkeypatch.setenv("FENCEKIT_DATA_DIR", str(tmp_path / "mine"))
     assert data_home() == tmp_path / "mine"
     monkeypatch.delenv("FENCEKIT_DATA_DIR")

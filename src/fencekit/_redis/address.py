@@ -1,12 +1,13 @@
 """Where the pool's embedded Redis listens: a record in its data directory.
 
-The embedded server (:mod:`fencekit.pool._embedded`) listens on a unix socket
-in its data directory, ``<dir>/redis.sock``, and while it runs the pool keeps
-``<dir>/redis.json`` -- ``{"url", "server", "owner"}``: the socket URL, the
-server's pid and the pid of the pool that stops it. So the address is the
-same on every start, and :func:`default_url` -- the default of every
-``redis_url`` (``Client()``, ``Server()``, ``Pool()``, the CLI) -- is that URL
-while the recorded server lives, else ``redis://127.0.0.1:6379/0``.
+The embedded server (:mod:`fencekit._redis.embedded`) listens on a unix socket
+in its data directory, ``<dir>/redis.sock``, and while it runs its directory
+keeps ``<dir>/redis.json`` -- ``{"url", "server", "owner"}``: the socket URL,
+the server's pid and the pid of the process that stops it. So the address is
+the same on every start, and :func:`default_url` -- the default the settings
+show for ``redis_url`` -- is that URL while the recorded server lives. A part
+that connects with no URL given starts the server when none runs
+(:func:`fencekit._redis.embedded.default_url`); the CLI asks for a URL.
 
 Reading the record costs a stat, a small read and ``kill(pid, 0)``: no
 network. The data directory is ``$FENCEKIT_DATA_DIR``, else

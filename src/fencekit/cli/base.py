@@ -31,11 +31,12 @@ from typing import Any
 import redis.exceptions
 
 from fencekit._options import table
+from fencekit._redis import address
 from fencekit.cli.output import Output
 from fencekit.errors import ConfigError, PayloadError, StoreError
 from fencekit.produce.client import Client
 from fencekit.runtime.exits import ExitCode
-from fencekit.settings import ClientSettings, ServerSettings, resolve
+from fencekit.settings import ClientSettings, ServerSettings, given, resolve
 
 __all__ = ["COMMON_SETTINGS", "Context", "Exit", "UsageError", "Verb", "build_parser", "execute"]
 
@@ -137,9 +138,14 @@ def _settings(verb: Verb, args: argparse.Namespace, prog: str) -> dict[str, Any]
         if key.startswith("setting_") and (name := key[len("setting_") :]) in rows
     }
     client_names = table(ClientSettings)
-    settings: dict[str, Any] = resolve(
-        ClientSettings, {k: v for k, v in explicit.items() if k in client_names}, owner=prog
-    )
+    given_client = {k: v for k, v in explicit.items() if k in client_names}
+    settings: dict[str, Any] = resolve(ClientSettings, given_client, owner=prog)
+    if not given(ClientSettings, "redis_url", given_client) and address.read(address.data_home()) is None:
+        raise ConfigError(
+            f"no Redis URL given (--redis-url, FENCEKIT_REDIS_URL) and no embedded Redis runs in "
+            f"{address.data_home()}: give the URL of your Redis (a server on the default port is not "
+            "used unless named), or start the pool, which starts the embedded one"
+        )
     extra = [name for name in verb.settings if name not in client_names]
     if extra:  # a Server setting a verb reads (heartbeat_ttl): resolved the same way, and only it
         variables = {rows[name].env for name in extra} | {rows[name].env + "_FILE" for name in extra}

@@ -51,7 +51,7 @@ from fencekit.produce._producer import Producer, Send, delay_ms, first_error
 from fencekit.produce._results import Pause, ResultWaiter, Subscribe, cancel_job, read_job, result_steps
 from fencekit.produce.handle import Queue, QueueStats
 from fencekit.produce.schedules import ScheduleInfo, schedules_steps
-from fencekit.settings import ClientOptions, ClientSettings, resolve, table, with_url
+from fencekit.settings import ClientOptions, ClientSettings, resolve, resolve_connecting, table, with_url
 
 __all__ = ["READ_CONCURRENCY", "Client"]
 
@@ -77,7 +77,11 @@ class Client(Producer):
         ``hooks`` (:mod:`fencekit.hooks`) are told of every enqueue and may
         carry a trace context in each task.
         """
-        settings: ClientSettings = resolve(ClientSettings, with_url(redis_url, options), owner="Client")
+        settings: ClientSettings = (
+            resolve_connecting(ClientSettings, redis_url, options, "Client")
+            if redis is None
+            else resolve(ClientSettings, with_url(redis_url, options), owner="Client")
+        )
         self._setup(settings, redis, hooks)
 
     @classmethod

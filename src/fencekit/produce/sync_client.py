@@ -59,7 +59,7 @@ from fencekit.produce._producer import Producer, Send, delay_ms, first_error
 from fencekit.produce._results import SAFETY_REREAD, Pause, Subscribe, cancel_steps, job_steps, result_steps
 from fencekit.produce.schedules import ScheduleInfo, schedules_steps
 from fencekit.produce.sync_handle import SyncQueue
-from fencekit.settings import ClientOptions, ClientSettings, resolve, with_url
+from fencekit.settings import ClientOptions, ClientSettings, resolve, resolve_connecting, with_url
 
 __all__ = ["SyncClient"]
 
@@ -80,7 +80,11 @@ class SyncClient(Producer):
         ``hooks`` (:mod:`fencekit.hooks`) are told of every enqueue and may
         carry a trace context in each task. The settings are ``Client``'s.
         """
-        settings: ClientSettings = resolve(ClientSettings, with_url(redis_url, options), owner="SyncClient")
+        settings: ClientSettings = (
+            resolve_connecting(ClientSettings, redis_url, options, "SyncClient")
+            if redis is None
+            else resolve(ClientSettings, with_url(redis_url, options), owner="SyncClient")
+        )
         self._set_up_producer(settings, hooks)
         self.redis = redis if redis is not None else loopless_client(self.target)
         self._owns_redis = redis is None

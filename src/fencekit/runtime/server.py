@@ -57,7 +57,7 @@ from fencekit.produce.handle import Queue, QueueStats
 from fencekit.runtime.hooks import H, Hook, check_hook, run_hooks
 from fencekit.runtime.services import Services
 from fencekit.services.drain import BurstWatch, Observation
-from fencekit.settings import ServerOptions, ServerSettings, resolve, with_url
+from fencekit.settings import ServerOptions, ServerSettings, resolve_connecting
 
 if TYPE_CHECKING:
     from fencekit.web._serve import WebServer
@@ -78,7 +78,7 @@ class Server:
     ) -> None:
         """``hooks`` (:mod:`fencekit.hooks`) are told of its jobs, enqueues and reaps."""
         self.hooks = check_hooks(hooks)
-        self.settings: ServerSettings = resolve(ServerSettings, with_url(redis_url, options), owner="Server")
+        self.settings: ServerSettings = resolve_connecting(ServerSettings, redis_url, options, "Server")
         settings = self.settings
         self.target = parse_url(settings["redis_url"])
         self.concurrency = settings["concurrency"]
