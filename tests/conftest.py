@@ -53,6 +53,28 @@ def _collect_what_the_test_left() -> Iterator[None]:
         pytest.fail(f"the test left {len(leaks)} unclosed resource(s): " + "; ".join(m[:200] for m in leaks))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _embedded_redis_of_the_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A data directory of the session's own (inherited by the processes tests start): a part given no
+    Redis URL starts its embedded server there, never in the user's home; stopped at the end."""
+    from fencekit._redis import address
+    from fencekit._redis.embedded import Embedded
+
+    directory = tmp_path_factory.mktemp("fencekit-data")
+    before = os.environ.get("FENCEKIT_DATA_DIR")
+    os.environ["FENCEKIT_DATA_DIR"] = str(directory)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("FENCEKIT_DATA_DIR", None)
+        else:
+            os.environ["FENCEKIT_DATA_DIR"] = before
+        record = address.read(directory)
+        if record is not None:
+            Embedded(directory, None, record.server).stop()
+
+
 @pytest.fixture(scope="session")
 def server_binary() -> str:
     try:

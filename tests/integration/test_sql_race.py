@@ -139,7 +139,12 @@ async def test_a_delivery_paused_past_its_lease_is_fenced_out_of_the_sql_row(
     async with Client(redis_url=redis_url) as client:
         jid = await client.enqueue(Task("orders", "ship", {"id": 1}))
     try:
-        await eventually(lambda: (work / "ready").exists(), timeout=20, what="first delivery ready")
+        # written by the child (open, then write): wait for its content, not for the file
+        await eventually(
+            lambda: (work / "ready").exists() and (work / "ready").read_text().strip(),
+            timeout=20,
+            what="first delivery ready",
+        )
     except TimeoutError:
         raise AssertionError(f"the child never started the job; its log:\n{child.log()}") from None
     first_token = int((work / "ready").read_text())
