@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import orjson
 import pytest
@@ -386,3 +387,42 @@ async def test_chromium_renders_the_history_charts(
     assert len(data) > 40_000  # charts, not a blank page
     if os.environ.get("FENCEKIT_UPDATE_SCREENSHOT") == "1":
         shutil.copyfile(shot, REPO / "docs" / "history.png")
+
+
+async def test_chromium_browses_a_queue_s_lists_with_escaped_strings(
+    admin_url: str, chromium: str, tmp_path: Path
+) -> None:
+    """The first hour, item 8: a queue's tasks a page at a time (``/admin/queue``), in a real browser."""
+
+    async def page_of(path: str) -> DomText:
+        dom = (await run_chromium(chromium, "--dump-dom", with_credentials(admin_url, path))).decode()
+        page = DomText()
+        page.feed(dom)
+        return page
+
+    failed = await page_of("/admin/queue?queue=emails&list=failed")
+    assert "1 failed task(s)" in failed.text, failed.text
+    assert "RuntimeError: smtp refused" in failed.text
+    for tab in ("pending", "scheduled", "running", "finished", "failed", "dead"):
+        assert tab in failed.text
+    scheduled = await page_of("/admin/queue?queue=emails&list=scheduled")
+    assert "later@example.com" in scheduled.text
+    dead = await page_of("/admin/queue?queue=emails&list=dead")
+    assert HOSTILE_OP in dead.text  # an operation without a worker: its reason, as text
+    assert "script" not in dead.tags
+    hostile = await page_of(f"/admin/queue?queue={quote(HOSTILE, safe='')}&list=finished")
+    assert "5 finished task(s)" in hostile.text, hostile.text
+    assert HOSTILE in hostile.text
+    assert "img" not in hostile.tags
+    shot = tmp_path / "admin-browse.png"
+    await run_chromium(
+        chromium,
+        f"--screenshot={shot}",
+        "--window-size=1280,900",
+        with_credentials(admin_url, "/admin/queue?queue=emails&list=finished"),
+    )
+    data = shot.read_bytes()
+    assert data.startswith(b"\x89PNG\r\n\x1a\n")
+    assert len(data) > 20_000  # a rendered page, not a blank or an error
+    if os.environ.get("FENCEKIT_UPDATE_SCREENSHOT") == "1":
+        shutil.copyfile(shot, REPO / "docs" / "admin-browse.png")

@@ -22,9 +22,17 @@ from markupsafe import Markup
 from fencekit.jobs.history import WINDOWS, History
 from fencekit.jobs.records import JobInfo
 from fencekit.web._graphs import history_charts, recent_chart
+from fencekit.web.browse import LISTS, Filter, Page
 from fencekit.web.source import DurationHistogram, Snapshot
 
-__all__ = ["render_confirm", "render_dashboard", "render_error", "render_history", "render_job"]
+__all__ = [
+    "render_browse",
+    "render_confirm",
+    "render_dashboard",
+    "render_error",
+    "render_history",
+    "render_job",
+]
 
 #: Characters of a dead letter's payload shown in the table.
 PAYLOAD_PREVIEW = 300
@@ -92,6 +100,32 @@ def render_job(job: JobInfo, *, root: str, token: str, notice: str | None, now: 
     """The page of one task: its record, error and traceback, and what can be done to it."""
     return _env.get_template("job.html").render(
         job=job, root=root, token=token, notice=notice, now=now, refresh=None
+    )
+
+
+_TIME_LABEL = {"pending": "enqueued", "scheduled": "due", "running": "claimed", "finished": "finished",
+               "failed": "failed", "dead": "died"}  # fmt: skip
+_DETAIL_LABEL = {"pending": "params", "scheduled": "params", "running": "params", "finished": "result",
+                 "failed": "error", "dead": "reason"}  # fmt: skip
+
+
+def render_browse(page: Page, *, where: Filter, root: str, now: float) -> str:
+    """One page of one list of a queue (:mod:`fencekit.web.browse`), with its filter and pager."""
+    query = [("queue", page.queue), ("list", page.list)]
+    query += [
+        (k, v) for k, v in (("operation", where.operation), ("jid", where.jid), ("text", where.text)) if v
+    ]
+    here = f"{root}/admin/queue?" + "&".join(f"{k}={_url_component(v)}" for k, v in query)
+    return _env.get_template("browse.html").render(
+        page=page,
+        where=where,
+        lists=LISTS,
+        here=here,
+        time_label=_TIME_LABEL[page.list],
+        detail_label=_DETAIL_LABEL[page.list],
+        root=root,
+        now=now,
+        refresh=None,
     )
 
 

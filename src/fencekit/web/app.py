@@ -24,7 +24,14 @@ from fencekit._redis.keys import JID_RULE, is_jid, validate_queue
 from fencekit.errors import ConfigError, StoreError
 from fencekit.jobs.history import WINDOWS, History
 from fencekit.web._metrics import Metrics
-from fencekit.web._pages import render_confirm, render_dashboard, render_error, render_history, render_job
+from fencekit.web._pages import (
+    render_browse,
+    render_confirm,
+    render_dashboard,
+    render_error,
+    render_history,
+    render_job,
+)
 from fencekit.web._security import (
     SECURITY_HEADERS,
     Credentials,
@@ -34,6 +41,7 @@ from fencekit.web._security import (
     read_form,
     same_origin,
 )
+from fencekit.web.browse import Filter
 from fencekit.web.source import AdminSource
 
 __all__ = ["DEFAULT_REFRESH", "create_app"]
@@ -84,6 +92,7 @@ def create_app(
         Route("/admin/purge", guarded(checked_post(admin.purge)), methods=["POST"]),
         Route("/admin/revive", guarded(checked_post(admin.revive)), methods=["POST"]),
         Route("/admin/job", guarded(admin.job_page), methods=["GET"]),
+        Route("/admin/queue", guarded(admin.queue_page), methods=["GET"]),
         Route("/admin/history", guarded(admin.history_page), methods=["GET"]),
         Route("/admin/api/history", guarded(admin.history_json), methods=["GET"]),
         Route("/admin/cancel", guarded(checked_post(admin.on_task(admin.cancel))), methods=["POST"]),
@@ -237,6 +246,24 @@ class _Admin:
         body = render_job(
             job, root=_root(request), token=self.token, notice=_notice(request), now=time.time()
         )
+        return HTMLResponse(body, headers=SECURITY_HEADERS)
+
+    async def queue_page(self, request: Request) -> Response:
+        """One list of a queue a page at a time, filtered (``?queue=&list=&page=&operation=&jid=&text=``)."""
+        params = request.query_params
+        queue, which = params.get("queue", ""), params.get("list", "pending")
+        where = Filter(*(params.get(name, "").strip()[:200] for name in ("operation", "jid", "text")))
+        if not params.get("page", "0").isdigit():
+            return _error(request, 400, "Bad request", "page must be a whole number from 0")
+        try:
+            if not await self._known(queue):
+                return _error(request, 404, "Not found", "no such queue")
+            page = await self.source.browse(queue, which, int(params.get("page", "0")), where)
+        except ValueError as exc:  # an unknown list, a page past the last one allowed
+            return _error(request, 400, "Bad request", str(exc))
+        except StoreError as exc:
+            return self._redis_down(request, exc)
+        body = render_browse(page, where=where, root=_root(request), now=time.time())
         return HTMLResponse(body, headers=SECURITY_HEADERS)
 
     async def history_page(self, request: Request) -> Response:

@@ -67,6 +67,7 @@ from fencekit.web._views import (
     Snapshot,
     consumer_view,
 )
+from fencekit.web.browse import Filter, Page, read_page
 
 __all__ = [
     "AdminSource",
@@ -359,6 +360,16 @@ class AdminSource:
                 if bucket.at == previous:
                     out[queue] = bucket
         return out
+
+    async def browse(self, queue: str, which: str, number: int, where: Filter) -> Page:
+        """Page ``number`` of list ``which`` of ``queue`` (:mod:`fencekit.web.browse`), bounded by
+        ``snapshot_timeout``; ValueError for a bad list or page, StoreError when Redis fails."""
+        try:
+            return await asyncio.wait_for(
+                read_page(self.redis, self.keys, queue, which, number, where), self.snapshot_timeout
+            )
+        except asyncio.TimeoutError:
+            raise StoreError(f"Redis did not answer within {self.snapshot_timeout:g}s") from None
 
     async def job(self, jid: str) -> JobInfo | None:
         """The record of task ``jid`` in any known queue (None: no record)."""
