@@ -212,3 +212,69 @@ async def test_a_hundred_thousand_pending_tasks_are_browsed_in_bounded_reads(
         none = await timed("filter: text matching nothing", 0, Filter(text="no such text"))
         assert (none.rows, none.scanned, none.cut) == ((), SCAN_LIMIT, True)
     print("\n[browse 100,000 pending] " + ", ".join(f"{k}: {v * 1000:.1f} ms" for k, v in timings.items()))
+
+
+def _token(page: str) -> str:
+    match = re.search(r'name=csrf value="([^"]+)"', page)
+    assert match, page
+    return match.group(1)
+
+
+async def test_bulk_actions_act_on_the_filtered_set_behind_the_form_checks(
+    browse: tuple[httpx.AsyncClient, dict[str, Any]], redis_url: str
+) -> None:
+    http, seen = browse
+    page = (await http.get("/admin/queue", params={"queue": "brp", "list": "pending", "operation": "b"})).text
+    assert 'action="/admin/bulk"' in page
+    same = {"Origin": str(http.base_url).rstrip("/")}
+    form = {"csrf": _token(page), "queue": "brp", "list": "pending", "operation": "b", "action": "cancel"}
+
+    # the checks every admin form has: same origin, its token, a known queue; and the confirmation
+    for data, headers, status, says in (
+        (form | {"confirm": "yes"}, {"Origin": "http://evil.example"}, 403, "cross-origin"),
+        (form | {"confirm": "yes", "csrf": "stale"}, same, 403, "missing or stale form token"),
+        (form | {"confirm": "yes", "queue": "no-such-queue"}, same, 404, "no such queue"),
+        (form, same, 400, "tick the confirmation box"),
+        (
+            form | {"confirm": "yes", "action": "retry"},
+            same,
+            400,
+            "no bulk action 'retry' on the 'pending' list",
+        ),
+        (
+            form | {"confirm": "yes", "list": "finished"},
+            same,
+            400,
+            "no bulk action 'cancel' on the 'finished'",
+        ),
+    ):
+        refused = await http.post("/admin/bulk", data=data, headers=headers)
+        assert refused.status_code == status, (data, refused.text)
+        assert says in html.unescape(refused.text), refused.text
+    async with Client(redis_url) as client:
+        assert await client.queue("brp").length() == 129  # nothing changed
+
+        done = await http.post("/admin/bulk", data=form | {"confirm": "yes"}, headers=same)
+        assert done.status_code == 303
+        after = (await http.get(done.headers["location"])).text
+        assert "3 of 3 selected task(s) cancelled." in after
+        assert rows(after) == []  # the filter kept: nothing of operation b waits any more
+        assert await client.queue("brp").length() == 126
+        for jid in seen["b"]:
+            info = await client.job(jid)
+            assert info is None or info.status.value == "cancelled"
+
+        later = {"csrf": form["csrf"], "queue": "brp", "list": "scheduled", "confirm": "yes"}
+        ran = await http.post(
+            "/admin/bulk", data=later | {"action": "run-now", "text": '"s":3'}, headers=same
+        )
+        assert "1 of 1 selected task(s) started now." in (await http.get(ran.headers["location"])).text
+        assert len(await client.queue("brp").scheduled()) == 3
+
+        failed = {"csrf": form["csrf"], "queue": "brw", "list": "failed", "confirm": "yes", "action": "retry"}
+        again = await http.post("/admin/bulk", data=failed, headers=same)
+        assert "3 of 3 selected task(s) enqueued again." in (await http.get(again.headers["location"])).text
+        dead = {"csrf": form["csrf"], "queue": "brw", "list": "dead", "confirm": "yes", "action": "retry"}
+        revived = await http.post("/admin/bulk", data=dead, headers=same)
+        assert "1 of 1 selected task(s) enqueued again." in (await http.get(revived.headers["location"])).text
+        assert await client.queue("brw").dead_count() == 0

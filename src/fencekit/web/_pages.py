@@ -22,7 +22,7 @@ from markupsafe import Markup
 from fencekit.jobs.history import WINDOWS, History
 from fencekit.jobs.records import JobInfo
 from fencekit.web._graphs import history_charts, recent_chart
-from fencekit.web.browse import LISTS, Filter, Page
+from fencekit.web.browse import BULK_LIMIT, LISTS, Filter, Page
 from fencekit.web.source import DurationHistogram, Snapshot
 
 __all__ = [
@@ -109,7 +109,16 @@ _DETAIL_LABEL = {"pending": "params", "scheduled": "params", "running": "params"
                  "failed": "error", "dead": "reason"}  # fmt: skip
 
 
-def render_browse(page: Page, *, where: Filter, root: str, now: float) -> str:
+def render_browse(
+    page: Page,
+    *,
+    where: Filter,
+    root: str,
+    now: float,
+    token: str,
+    actions: Sequence[str],
+    notice: str | None,
+) -> str:
     """One page of one list of a queue (:mod:`fencekit.web.browse`), with its filter and pager."""
     query = [("queue", page.queue), ("list", page.list)]
     query += [
@@ -121,6 +130,10 @@ def render_browse(page: Page, *, where: Filter, root: str, now: float) -> str:
         where=where,
         lists=LISTS,
         here=here,
+        token=token,
+        actions=actions,
+        notice=notice,
+        bulk_limit=BULK_LIMIT,
         time_label=_TIME_LABEL[page.list],
         detail_label=_DETAIL_LABEL[page.list],
         root=root,

@@ -23,15 +23,18 @@ from starlette.routing import Route
 from fencekit._redis.keys import JID_RULE, is_jid, validate_queue
 from fencekit.errors import ConfigError, StoreError
 from fencekit.jobs.history import WINDOWS, History
+from fencekit.web._answers import error as _error
+from fencekit.web._answers import json_error as _json_error
+from fencekit.web._answers import notice as _notice
+from fencekit.web._answers import root as _root
 from fencekit.web._metrics import Metrics
 from fencekit.web._pages import (
-    render_browse,
     render_confirm,
     render_dashboard,
-    render_error,
     render_history,
     render_job,
 )
+from fencekit.web._queue_pages import QueuePages
 from fencekit.web._security import (
     SECURITY_HEADERS,
     Credentials,
@@ -41,7 +44,6 @@ from fencekit.web._security import (
     read_form,
     same_origin,
 )
-from fencekit.web.browse import Filter
 from fencekit.web.source import AdminSource
 
 __all__ = ["DEFAULT_REFRESH", "create_app"]
@@ -93,6 +95,7 @@ def create_app(
         Route("/admin/revive", guarded(checked_post(admin.revive)), methods=["POST"]),
         Route("/admin/job", guarded(admin.job_page), methods=["GET"]),
         Route("/admin/queue", guarded(admin.queue_page), methods=["GET"]),
+        Route("/admin/bulk", guarded(checked_post(admin.bulk)), methods=["POST"]),
         Route("/admin/history", guarded(admin.history_page), methods=["GET"]),
         Route("/admin/api/history", guarded(admin.history_json), methods=["GET"]),
         Route("/admin/cancel", guarded(checked_post(admin.on_task(admin.cancel))), methods=["POST"]),
@@ -107,7 +110,7 @@ def create_app(
     return app
 
 
-class _Admin:
+class _Admin(QueuePages):
     """The route handlers of one app, sharing its source, credentials, token and refresh."""
 
     def __init__(
@@ -248,24 +251,6 @@ class _Admin:
         )
         return HTMLResponse(body, headers=SECURITY_HEADERS)
 
-    async def queue_page(self, request: Request) -> Response:
-        """One list of a queue a page at a time, filtered (``?queue=&list=&page=&operation=&jid=&text=``)."""
-        params = request.query_params
-        queue, which = params.get("queue", ""), params.get("list", "pending")
-        where = Filter(*(params.get(name, "").strip()[:200] for name in ("operation", "jid", "text")))
-        if not params.get("page", "0").isdigit():
-            return _error(request, 400, "Bad request", "page must be a whole number from 0")
-        try:
-            if not await self._known(queue):
-                return _error(request, 404, "Not found", "no such queue")
-            page = await self.source.browse(queue, which, int(params.get("page", "0")), where)
-        except ValueError as exc:  # an unknown list, a page past the last one allowed
-            return _error(request, 400, "Bad request", str(exc))
-        except StoreError as exc:
-            return self._redis_down(request, exc)
-        body = render_browse(page, where=where, root=_root(request), now=time.time())
-        return HTMLResponse(body, headers=SECURITY_HEADERS)
-
     async def history_page(self, request: Request) -> Response:
         found = await self._history(request)
         if isinstance(found, Response):
@@ -364,50 +349,3 @@ class _Admin:
             refresh=DEFAULT_REFRESH,
             redis=self.source.redis_display,
         )
-
-
-def _root(request: Request) -> str:
-    """Where the app is mounted ("" at the top level), for links and redirects."""
-    return str(request.scope.get("root_path", "")).rstrip("/")
-
-
-def _notice(request: Request) -> str | None:
-    """The outcome of the last action, from a fixed set of messages (never echoed input)."""
-    done = request.query_params.get("done")
-    if done == "revived":
-        return "Dead letter re-enqueued."
-    if done == "gone":
-        return "That dead letter was already gone (re-enqueued or dropped)."
-    if done in _NOTICES:
-        return _NOTICES[done]
-    if done == "purged":
-        count = request.query_params.get("n", "")
-        return f"Queue purged: {int(count) if count.isdigit() else 0} pending task(s) dropped."
-    return None
-
-
-_NOTICES = {
-    "cancelled": "Task cancelled.",
-    "not-cancelled": "The task had finished already: nothing was cancelled.",
-    "retried": "The failed task is enqueued again (attempt 1).",
-    "retry-gone": "That task is no longer a kept failure (run again already, or pushed out).",
-    "run-now": "The scheduled task is at the head of its queue.",
-    "run-now-gone": "That task is no longer scheduled (it started, or was cancelled).",
-}
-
-
-def _json_error(request: Request, status: int, title: str, message: str) -> Response:
-    return JSONResponse({"error": title, "detail": message}, status_code=status)
-
-
-def _error(
-    request: Request,
-    status: int,
-    title: str,
-    message: str,
-    *,
-    refresh: int | None = None,
-    redis: str | None = None,
-) -> Response:
-    body = render_error(title, message, root=_root(request), refresh=refresh, redis=redis)
-    return HTMLResponse(body, status_code=status, headers=SECURITY_HEADERS)

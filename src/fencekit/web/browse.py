@@ -40,7 +40,19 @@ from fencekit.consume._settle import delivery_token
 from fencekit.errors import PayloadError
 from fencekit.jobs import codec, records
 
-__all__ = ["CHUNK", "LISTS", "PAGE", "SCAN_LIMIT", "Filter", "Page", "Row", "read_page"]
+__all__ = [
+    "BULK_ACTIONS",
+    "BULK_LIMIT",
+    "CHUNK",
+    "LISTS",
+    "PAGE",
+    "SCAN_LIMIT",
+    "Filter",
+    "Page",
+    "Row",
+    "matching",
+    "read_page",
+]
 
 LISTS = ("pending", "scheduled", "running", "finished", "failed", "dead")
 PAGE = 50
@@ -307,3 +319,35 @@ def _dead_row(dead_id: str, raw: bytes | str, why: bytes | str | None) -> Row:
     row = _envelope_row(raw, float(meta.get("at", 0)) / 1000 or None, None)
     jid = row.jid or (meta.get("jid") if isinstance(meta.get("jid"), str) else None)
     return _with(row, jid=jid, dead_id=dead_id, detail=_clip(reason), text=f"{reason}\n{row.text}")
+
+
+BULK_LIMIT = 1_000
+"""Tasks one bulk action acts on at most (submit again for more)."""
+
+BULK_ACTIONS: dict[str, tuple[str, ...]] = {
+    "pending": ("cancel",),
+    "scheduled": ("run-now", "cancel"),
+    "running": ("cancel",),
+    "finished": (),
+    "failed": ("retry",),
+    "dead": ("retry",),
+}
+"""What a bulk action may do to each list: cancel (a waiting task leaves its list), run now, retry."""
+
+
+async def matching(
+    client: redis.asyncio.Redis, keys: KeySpace, queue: str, which: str, where: Filter
+) -> tuple[list[Row], bool]:
+    """The rows of list ``which`` that ``where`` keeps, from its start: at most :data:`BULK_LIMIT`,
+    reading at most :data:`SCAN_LIMIT` entries; and whether more may match (cut short)."""
+    if which not in LISTS:
+        raise ValueError(f"list must be one of {', '.join(LISTS)}")
+    total, reader = await _Lister(client, keys, queue).open(which)
+    kept: list[Row] = []
+    scanned, end = 0, min(total, SCAN_LIMIT)
+    while scanned < end and len(kept) < BULK_LIMIT:
+        for row in await reader(scanned, min(end, scanned + CHUNK)):
+            if where.keeps(row) and len(kept) < BULK_LIMIT:
+                kept.append(row)
+        scanned = min(end, scanned + CHUNK)
+    return kept, len(kept) >= BULK_LIMIT or (scanned < total and len(kept) < BULK_LIMIT)
