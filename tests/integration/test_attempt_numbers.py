@@ -81,3 +81,6 @@ async def test_the_log_the_record_the_cli_the_admin_page_and_the_hooks_say_the_s
         await web.stop()
         await source.aclose()
     assert re.search(r"<td data-field=attempt>3\b", page), page
+    waited = re.search(r"<td data-field=waited>([^<]*)</td>", page)
+    assert waited is not None, page  # two retry delays (1 s, 1.5 s) before run 3 started
+    assert waited.group(1).endswith(" from its enqueue to the start of run 3"), waited.group(1)
