@@ -16,6 +16,7 @@ that moment on.
 from __future__ import annotations
 
 import asyncio
+import functools
 import sys
 import time
 from pathlib import Path
@@ -28,19 +29,23 @@ from fencekit import Client, Task
 from fencekit.pool import Pool
 
 
+def noting(order: list[str], name: str) -> Any:
+    """A perform that notes its queue's name in ``order``."""
+
+    async def note(payload: dict[str, Any]) -> None:
+        order.append(name)
+        await asyncio.sleep(0.002)
+
+    return note
+
+
 def turns_after(order: str, start: int, n: int = 15) -> str:
     return order[start : start + n]
 
 
 async def test_a_queue_filled_while_the_others_keep_the_server_busy_takes_its_turns(redis_url: str) -> None:
     order: list[str] = []
-
-    def noter(name: str) -> Any:
-        async def note(payload: dict[str, Any]) -> None:
-            order.append(name)
-            await asyncio.sleep(0.002)
-
-        return note
+    noter = functools.partial(noting, order)
 
     server = new_server(redis_url, *(worker(f"turn-{q}", "op", noter(q)) for q in "abc"), concurrency=1)
     async with Client(redis_url=redis_url) as client, running(server):
@@ -56,13 +61,7 @@ async def test_a_queue_filled_while_the_others_keep_the_server_busy_takes_its_tu
 
 async def test_queue_weights_hold_for_a_queue_filled_while_the_consumer_is_busy(redis_url: str) -> None:
     order: list[str] = []
-
-    def noter(name: str) -> Any:
-        async def note(payload: dict[str, Any]) -> None:
-            order.append(name)
-            await asyncio.sleep(0.002)
-
-        return note
+    noter = functools.partial(noting, order)
 
     server = new_server(
         redis_url,
