@@ -61,10 +61,22 @@ async def test_the_log_the_record_the_cli_the_admin_page_and_the_hooks_say_the_s
     assert info is not None
     assert (info.status, info.attempt) == (JobStatus.FAILED, 3)
     assert [e.attempt for e in failed] == [3]
+    # its runs, as the record keeps them: one line each, numbered as everywhere else
+    assert [(run.number, run.outcome) for run in info.runs] == [(1, "retried"), (2, "retried"), (3, "failed")]
+    assert {run.consumer for run in info.runs} == {server.consumer_id}
+    assert [run.token for run in info.runs] == sorted(run.token for run in info.runs)
+    assert all(run.ended_at + 0.001 >= run.started_at for run in info.runs)  # ms against µs
+    assert info.runs[-1].token == info.token
 
     shown = fk(redis_url, "job", jid)
     assert re.search(r"^attempt\s+3\b", shown.stdout, re.M), shown.stdout
-    assert ok_json(fk(redis_url, "job", jid, "--json"))["attempt"] == 3
+    data = ok_json(fk(redis_url, "job", jid, "--json"))
+    assert data["attempt"] == 3
+    assert [(run["number"], run["outcome"]) for run in data["runs"]] == [
+        (1, "retried"),
+        (2, "retried"),
+        (3, "failed"),
+    ]
     listed = ok_json(fk(redis_url, "failed", "tries", "--json"))
     assert [(f["jid"], f["attempt"]) for f in listed["failed"]] == [(jid, 3)]
     table = fk(redis_url, "failed", "tries")
@@ -81,6 +93,7 @@ async def test_the_log_the_record_the_cli_the_admin_page_and_the_hooks_say_the_s
         await web.stop()
         await source.aclose()
     assert re.search(r"<td data-field=attempt>3\b", page), page
+    assert re.findall(r'<tr data-run="(\d)">', page) == ["1", "2", "3"]
     waited = re.search(r"<td data-field=waited>([^<]*)</td>", page)
     assert waited is not None, page  # two retry delays (1 s, 1.5 s) before run 3 started
     assert waited.group(1).endswith(" from its enqueue to the start of run 3"), waited.group(1)

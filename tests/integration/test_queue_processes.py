@@ -110,6 +110,13 @@ async def test_a_server_killed_mid_task_has_its_task_returned_by_another_servers
     assert r.zscore(BEATS, child_id) is None
     assert locate(r, "crash", jid) == []
     assert inflight_count(r, "crash") == 0
+    async with Client(redis_url=redis_url) as client:  # the record keeps both runs (the job page's)
+        info = await client.job(jid)
+    assert info is not None
+    expected = (
+        [(1, "crashed", child_id), (2, "done", server.consumer_id)] if retry else [(1, "failed", child_id)]
+    )
+    assert [(run.number, run.outcome, run.consumer) for run in info.runs] == expected
 
 
 async def test_a_paused_server_is_fenced_out_when_it_resumes(

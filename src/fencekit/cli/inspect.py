@@ -203,6 +203,7 @@ def job_dict(info: JobInfo) -> dict[str, Any]:
         "result": info.result,
         "error": asdict(info.error) if info.error is not None else None,
         "params": info.params,
+        "runs": [asdict(run) for run in info.runs],
     }
 
 

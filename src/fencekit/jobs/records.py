@@ -29,7 +29,7 @@ import orjson
 from fencekit.errors import PayloadError
 from fencekit.jobs import codec
 
-__all__ = ["MAX_TRACEBACK", "JobError", "JobInfo", "JobStatus", "Progress", "encode_error", "parse"]
+__all__ = ["MAX_TRACEBACK", "JobError", "JobInfo", "JobStatus", "Progress", "Run", "encode_error", "parse"]
 
 MAX_TRACEBACK = 16 * 1024
 """Characters of a traceback kept in a record (the end of it: where it was raised)."""
@@ -84,6 +84,29 @@ class Progress:
 
 
 @dataclass(frozen=True, slots=True)
+class Run:
+    """One run of a task as its record keeps it: which delivery, where, when, how it ended.
+
+    ``outcome``: done, failed, dead, retried (failed, scheduled again), crashed
+    (its consumer died; the reaper returned it) or returned (its consumer
+    stopped; it runs again under the same number). Times are Unix seconds on
+    Redis's clock: ``started_at`` is the claim's (the token's), ``ended_at``
+    the settlement's.
+    """
+
+    number: int
+    token: int
+    consumer: str
+    started_at: float
+    ended_at: float
+    outcome: str
+
+    @property
+    def duration(self) -> float:
+        return max(0.0, self.ended_at - self.started_at)
+
+
+@dataclass(frozen=True, slots=True)
 class JobInfo:
     """A task as its record and the in-flight hashes tell it (times: Unix seconds, Redis clock)."""
 
@@ -104,6 +127,8 @@ class JobInfo:
     due_at: float | None = None
     token: int | None = None
     """The token of the delivery that finished it, or that runs it now."""
+    runs: tuple[Run, ...] = ()
+    """Its runs that ended while it had a record, oldest first (the newest 50)."""
 
 
 def encode_error(error: JobError) -> bytes:
@@ -168,6 +193,30 @@ def _token(value: Any) -> int | None:
     return int(text) if text.isdigit() else None
 
 
+_SAME_NUMBER_NEXT = ("returned",)  # the run after one of these has the same number
+
+
+def _runs(value: Any, attempt: int) -> tuple[Run, ...]:
+    """The ``runs`` lines of a record (``_record.lua``), numbered back from ``attempt``: the
+    number of the run under way, the last one, or the one it waits for."""
+    entries = []
+    for line in (_text(value) if value else "").splitlines():
+        parts = line.split(" ", 3)
+        if len(parts) == 4 and parts[0].isdigit() and parts[1].isdigit():
+            entries.append(parts)
+    if not entries:
+        return ()
+    ended_for_good = entries[-1][2] in ("done", "failed", "dead", *_SAME_NUMBER_NEXT)
+    number = attempt if ended_for_good else attempt - 1
+    runs: list[Run] = []
+    for i in range(len(entries) - 1, -1, -1):
+        token, ended, outcome, consumer = entries[i]
+        runs.append(Run(number, int(token), consumer, int(token) / 1_000_000, int(ended) / 1000, outcome))
+        if i > 0 and entries[i - 1][2] not in _SAME_NUMBER_NEXT:
+            number -= 1
+    return tuple(reversed(runs))
+
+
 def parse(jid: str, queue: str, reply: Sequence[Any], now_ms: float | None = None) -> JobInfo | None:
     """The :class:`JobInfo` of a ``job_info.lua`` reply, None when the task has no record."""
     flat, running_token, running_env = reply
@@ -212,4 +261,5 @@ def parse(jid: str, queue: str, reply: Sequence[Any], now_ms: float | None = Non
         progress=_progress(fields.get("progress")),
         due_at=due if status is JobStatus.SCHEDULED else None,
         token=token,
+        runs=_runs(fields.get("runs"), codec.run_number(envelope.attempt) if envelope else 0),
     )

@@ -9,6 +9,9 @@
 -- finish_record: write a finished task's fields, give the record its
 -- retention (keep_ms > 0: PEXPIRE; 0: kept until trimmed) and push it onto
 -- index; the unique key it holds, if any, expires with it at the latest.
+-- note_run: append one line "<token> <ended ms> <outcome> <consumer>" to the
+-- record's runs field, the newest MAX_RUNS kept (the job page's attempts;
+-- records.parse numbers them). The consumer is read from the in-flight key.
 -- trim_records: drop the oldest records of index beyond cap. The keys it
 -- drops come from the index, so they share its hash tag (the queue's): every
 -- script that includes this stays single-slot.
@@ -35,6 +38,21 @@ local function finish_record(record, index, fields, keep_ms)
     end
     expire_unique(unique, ttl)
   end
+end
+
+local MAX_RUNS = 50
+local function note_run(record, token, ended, outcome, inflight)
+  local consumer = string.match(inflight, ':inflight:(.+)$') or '-'
+  local line = token .. ' ' .. ended .. ' ' .. outcome .. ' ' .. consumer
+  local runs = redis.call('HGET', record, 'runs')
+  if runs then
+    local _, lines = string.gsub(runs, '\n', '')
+    if lines + 1 >= MAX_RUNS then
+      runs = string.match(runs, '^[^\n]*\n(.*)$')
+    end
+    line = runs .. '\n' .. line
+  end
+  redis.call('HSET', record, 'runs', line)
 end
 
 local function trim_records(index, cap)

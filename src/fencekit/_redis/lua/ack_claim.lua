@@ -104,6 +104,7 @@ if #KEYS > 6 then
         redis.call('HSET', record, 'state', 'done', 'result', ARGV[at + 3], 'finished', now, 'token', token,
           'env', ARGV[at + 5])
       end
+      note_run(record, token, now, 'done', KEYS[2])
       redis.call('PEXPIRE', record, ARGV[at + 4])
       if ARGV[at + 6] ~= '' then
         expire_unique(ARGV[at + 6], tonumber(ARGV[at + 4]))

@@ -59,12 +59,14 @@ if ARGV[2] ~= '' then
     local keep = tonumber(redis.call('HGET', KEYS[5], 'keep') or '0')
     finish_record(KEYS[5], KEYS[7], { 'state', 'dead', 'error', ARGV[5], 'finished', now,
       'token', ARGV[1] }, keep)
+    note_run(KEYS[5], ARGV[1], now, 'dead', KEYS[1])
     trim_records(KEYS[7], tonumber(ARGV[7]))
     redis.call('SPUBLISH', ARGV[8], ARGV[9])
   end
 elseif KEYS[5] then
   finish_record(KEYS[5], KEYS[6], { 'state', 'failed', 'env', raw, 'error', ARGV[5],
     'finished', now, 'token', ARGV[1] }, 0)
+  note_run(KEYS[5], ARGV[1], now, 'failed', KEYS[1])
   trim_records(KEYS[6], tonumber(ARGV[6]))
   redis.call('SPUBLISH', ARGV[8], ARGV[9])
 end

@@ -17,6 +17,8 @@
 -- Reply: 1 when moved.
 -- Error: "FENCED ..." when the delivery is gone (acknowledged, or moved by
 --        another reaper) — nothing changes.
+--!include _now_ms.lua
+--!include _record.lua
 --!include _wake.lua
 --!include _fence_past.lua
 --!include _prio.lua
@@ -34,5 +36,6 @@ fence_past(KEYS[5], ARGV[1], ARGV[4])
 if KEYS[6] and redis.call('EXISTS', KEYS[6]) == 1 then
   redis.call('HSET', KEYS[6], 'state', 'pending', 'env', ARGV[2], 'token', ARGV[1])
   redis.call('HDEL', KEYS[6], 'due')
+  note_run(KEYS[6], ARGV[1], now_ms(), ARGV[3] ~= '' and 'crashed' or 'returned', KEYS[1])
 end
 return 1

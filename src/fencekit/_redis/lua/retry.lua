@@ -13,6 +13,7 @@
 -- Error: "FENCED ..." when the token is no longer this consumer's delivery
 --        (it was reaped or returned meanwhile); counted as fenced_out.
 --!include _now_ms.lua
+--!include _record.lua
 --!include _prio.lua
 --!include _wake.lua
 --!include _slots.lua
@@ -20,12 +21,14 @@ if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then
   redis.call('HINCRBY', KEYS[3], 'fenced_out', 1)
   return redis.error_reply('FENCED delivery ' .. ARGV[1] .. ' is no longer current')
 end
-local due = now_ms() + tonumber(ARGV[2])
+local now = now_ms()
+local due = now + tonumber(ARGV[2])
 redis.call('ZADD', KEYS[2], due, ARGV[3])
 redis.call('HINCRBY', KEYS[3], 'retried', 1)
 release_slot(queue_base(KEYS[1]), ARGV[3], ARGV[1])
 if KEYS[4] and redis.call('EXISTS', KEYS[4]) == 1 then
   redis.call('HSET', KEYS[4], 'state', 'scheduled', 'env', ARGV[3], 'due', due, 'token', ARGV[1],
     'error', ARGV[4])
+  note_run(KEYS[4], ARGV[1], now, 'retried', KEYS[1])
 end
 return 1
