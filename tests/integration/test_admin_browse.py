@@ -278,3 +278,32 @@ async def test_bulk_actions_act_on_the_filtered_set_behind_the_form_checks(
         revived = await http.post("/admin/bulk", data=dead, headers=same)
         assert "1 of 1 selected task(s) enqueued again." in (await http.get(revived.headers["location"])).text
         assert await client.queue("brw").dead_count() == 0
+
+
+async def test_bulk_delete_forgets_kept_records_and_dead_letters(
+    browse: tuple[httpx.AsyncClient, dict[str, Any]], redis_url: str
+) -> None:
+    http, seen = browse
+    page = (await http.get("/admin/queue", params={"queue": "brw", "list": "failed"})).text
+    same = {"Origin": str(http.base_url).rstrip("/")}
+    form = {"csrf": _token(page), "queue": "brw", "confirm": "yes", "action": "delete"}
+    async with Client(redis_url) as client:
+        gone = await http.post("/admin/bulk", data=form | {"list": "failed", "text": "boom 1"}, headers=same)
+        assert "1 of 1 selected task(s) deleted." in (await http.get(gone.headers["location"])).text
+        assert await client.job(seen["failed"][1]) is None
+        assert [f.jid for f in await client.queue("brw").failed()] == [seen["failed"][2], seen["failed"][0]]
+        assert await client.queue("brw").failed_count() == 2  # out of the index too
+
+        dead = await http.post("/admin/bulk", data=form | {"list": "dead"}, headers=same)
+        assert "1 of 1 selected task(s) deleted." in (await http.get(dead.headers["location"])).text
+        assert await client.queue("brw").dead_count() == 0
+        assert await client.queue("brw").dead_letters() == []
+
+        done = await http.post(
+            "/admin/bulk", data=form | {"list": "finished", "operation": "ok"}, headers=same
+        )
+        assert "2 of 2 selected task(s) deleted." in (await http.get(done.headers["location"])).text
+        for jid in seen["done"]:
+            assert await client.job(jid) is None
+        left = (await http.get("/admin/queue", params={"queue": "brw", "list": "finished"})).text
+        assert rows(left) == [seen["dead"]]  # the dead letter's record is not a dead letter

@@ -26,7 +26,7 @@ NOTICES = {
     "gone": "That dead letter was already gone (re-enqueued or dropped).",
 }
 
-BULK_DONE = {"cancel": "cancelled", "run-now": "started now", "retry": "enqueued again"}
+BULK_DONE = {"cancel": "cancelled", "run-now": "started now", "retry": "enqueued again", "delete": "deleted"}
 
 
 def root(request: Request) -> str:

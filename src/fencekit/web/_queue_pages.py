@@ -3,7 +3,7 @@
 ``GET /admin/queue`` shows one list a page at a time (:mod:`fencekit.web.browse`);
 ``POST /admin/bulk`` applies one action to the tasks the page's filter
 selects -- cancel (pending, scheduled, running), run now (scheduled), retry
-(failed, dead) -- at most :data:`~fencekit.web.browse.BULK_LIMIT` per submit,
+(failed, dead), delete (finished, failed, dead) -- at most :data:`~fencekit.web.browse.BULK_LIMIT` per submit,
 behind the same checks as every admin form (same origin, CSRF token, a known
 queue; :meth:`fencekit.web.app._Admin.checked_post`) and a confirmation box.
 """
@@ -19,6 +19,8 @@ from urllib.parse import urlencode
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
+from fencekit._redis import scripts
+from fencekit._redis.run import arun
 from fencekit.errors import StoreError
 from fencekit.web._answers import error, notice, root
 from fencekit.web._pages import render_browse
@@ -109,12 +111,27 @@ class QueuePages:
         return RedirectResponse(f"{root(request)}/admin/queue?{urlencode(query)}", 303)
 
     async def _act(self, queue: str, which: str, action: str, row: Row) -> bool:
+        qk = self.source.keys.queue(queue)
         if which == "dead":
-            return row.dead_id is not None and await self.source.queue(queue).revive(row.dead_id)
+            if row.dead_id is None:
+                return False
+            if action == "delete":
+                return bool(
+                    await arun(
+                        self.source.redis,
+                        scripts.dead_drop(dead=qk.dead, dead_index=qk.dead_index, dead_id=row.dead_id),
+                    )
+                )
+            return await self.source.queue(queue).revive(row.dead_id)
         if row.jid is None:
             return False
         if action == "cancel":
             return await self.source.cancel(row.jid, queue)
+        if action == "delete":
+            index = qk.failed if which == "failed" else qk.finished
+            return bool(
+                await arun(self.source.redis, scripts.record_drop(index=index, record=qk.job(row.jid)))
+            )
         if action == "run-now":
             return await self.source.queue(queue).run_now(row.jid)
         return bool(await self.source.queue(queue).retry_failed(row.jid))

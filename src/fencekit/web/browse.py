@@ -328,11 +328,12 @@ BULK_ACTIONS: dict[str, tuple[str, ...]] = {
     "pending": ("cancel",),
     "scheduled": ("run-now", "cancel"),
     "running": ("cancel",),
-    "finished": (),
-    "failed": ("retry",),
-    "dead": ("retry",),
+    "finished": ("delete",),
+    "failed": ("retry", "delete"),
+    "dead": ("retry", "delete"),
 }
-"""What a bulk action may do to each list: cancel (a waiting task leaves its list), run now, retry."""
+"""What a bulk action may do to each list: cancel (a waiting task leaves its list), run now, retry,
+delete (a kept record, or a dead letter, is forgotten)."""
 
 
 async def matching(

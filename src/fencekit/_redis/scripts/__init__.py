@@ -22,6 +22,7 @@ from __future__ import annotations
 from fencekit._redis.scripts._load import SCRIPTS, Arg, Call, Script, call, load, script_names
 from fencekit._redis.scripts.admin import (
     cancel,
+    dead_drop,
     dead_purge,
     dead_revive,
     dead_revive_many,
@@ -31,6 +32,7 @@ from fencekit._redis.scripts.admin import (
     job_info,
     pending_read,
     purge,
+    record_drop,
     run_now,
 )
 from fencekit._redis.scripts.loops import (
@@ -80,6 +82,7 @@ __all__ = [
     "ack_claim",
     "call",
     "cancel",
+    "dead_drop",
     "dead_purge",
     "dead_revive",
     "dead_revive_many",
@@ -113,6 +116,7 @@ __all__ = [
     "pending_read",
     "periodic_enqueue",
     "purge",
+    "record_drop",
     "requeue",
     "retry",
     "run_now",

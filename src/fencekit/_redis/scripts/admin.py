@@ -108,6 +108,16 @@ def dead_revive_many(
     return call("dead_revive_many", keys, args)
 
 
+def dead_drop(*, dead: str, dead_index: str, dead_id: str) -> Call:
+    """Drop one dead letter; reply 1 when it was there (``dead_drop.lua``)."""
+    return call("dead_drop", (dead, dead_index), (dead_id,))
+
+
+def record_drop(*, index: str, record: str) -> Call:
+    """Forget one kept record (and its unique key); reply 1 when it existed (``record_drop.lua``)."""
+    return call("record_drop", (index, record), ())
+
+
 def dead_purge(*, dead: str, dead_index: str) -> Call:
     """Drop every dead letter of a queue; reply count (``dead_purge.lua``)."""
     return call("dead_purge", (dead, dead_index), ())
