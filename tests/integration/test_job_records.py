@@ -227,7 +227,8 @@ async def test_many_concurrent_result_calls_share_one_subscription(redis_url: st
         jids = await client.enqueue_many([Task("many", "double", {"n": i}) for i in range(100)])
         results = await asyncio.wait_for(asyncio.gather(*(client.result(j) for j in jids)), 30)
         assert results == [2 * i for i in range(100)]
-        subscribers = r.execute_command("PUBSUB", "SHARDNUMSUB", qkey("many", "done"))
+        done = qkey("many", "done")
+        subscribers = node_of(r, done).execute_command("PUBSUB", "SHARDNUMSUB", done)
         assert subscribers[1] == 1  # one connection for all hundred waits
 
 
@@ -642,13 +643,14 @@ async def test_result_survives_its_subscription_being_killed(
         return "after the reconnect"
 
     server = new_server(redis_url, worker("resub", "held", held))
+    resub = qkey("resub", "done")
     async with Client(redis_url=redis_url) as client, running(server):
         jid = await client.enqueue(Task("resub", "held"))
         waiter = asyncio.ensure_future(client.result(jid, timeout=20))
-        await eventually(lambda: r.execute_command("PUBSUB", "SHARDNUMSUB", qkey("resub", "done"))[1] == 1)
+        await eventually(lambda: node_of(r, resub).execute_command("PUBSUB", "SHARDNUMSUB", resub)[1] == 1)
         assert r.client_kill_filter(_type="pubsub") >= 1
         await eventually(
-            lambda: r.execute_command("PUBSUB", "SHARDNUMSUB", qkey("resub", "done"))[1] == 1,
+            lambda: node_of(r, resub).execute_command("PUBSUB", "SHARDNUMSUB", resub)[1] == 1,
             what="the new subscription",
         )
         release.set()
