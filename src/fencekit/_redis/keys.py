@@ -35,8 +35,9 @@ Cluster too (invariant I5 of ``docs/design.md``). The schema, with ``P`` the pre
     P:{Q}:wake                 LIST   at most one marker: "work may be waiting"
     P:{Q}:job:<jid>            HASH   the task's record (only with keep_result > 0, or once it
                                       failed): env, state, enqueued, due, token, result,
-                                      error, finished, progress, keep, runs (one line a
-                                      run that ended: token, end, outcome, consumer)
+                                      error, finished, progress, keep, by (the consumer
+                                      that completed it), runs (one line a run that ended
+                                      otherwise: token, end, outcome, consumer)
     P:{Q}:unique:<key>         STRING jid of the task holding Task(unique_key=<key>); lives
                                       while that task's record does (or unique_for)
     P:{Q}:finished             LIST   record keys of finished tasks, newest first: the

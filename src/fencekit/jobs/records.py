@@ -196,14 +196,17 @@ def _token(value: Any) -> int | None:
 _SAME_NUMBER_NEXT = ("returned",)  # the run after one of these has the same number
 
 
-def _runs(value: Any, attempt: int) -> tuple[Run, ...]:
-    """The ``runs`` lines of a record (``_record.lua``), numbered back from ``attempt``: the
-    number of the run under way, the last one, or the one it waits for."""
+def _runs(value: Any, attempt: int, done: list[str] | None) -> tuple[Run, ...]:
+    """The ``runs`` lines of a record (``_record.lua``), then ``done`` (the run that completed it,
+    from the record's own fields: ``ack_claim.lua`` writes no line, it is the hot path), numbered
+    back from ``attempt``: the number of the run under way, the last one, or the one it waits for."""
     entries = []
     for line in (_text(value) if value else "").splitlines():
         parts = line.split(" ", 3)
         if len(parts) == 4 and parts[0].isdigit() and parts[1].isdigit():
             entries.append(parts)
+    if done is not None:
+        entries.append(done)
     if not entries:
         return ()
     ended_for_good = entries[-1][2] in ("done", "failed", "dead", *_SAME_NUMBER_NEXT)
@@ -215,6 +218,14 @@ def _runs(value: Any, attempt: int) -> tuple[Run, ...]:
         if i > 0 and entries[i - 1][2] not in _SAME_NUMBER_NEXT:
             number -= 1
     return tuple(reversed(runs))
+
+
+def _done_run(fields: dict[str, Any], status: JobStatus, token: int | None) -> list[str] | None:
+    """The completing run of a done record, as a runs line's parts (None: not done, or no ``by``)."""
+    finished, by = fields.get("finished"), fields.get("by")
+    if status is not JobStatus.DONE or not token or finished is None or by is None:
+        return None
+    return [str(token), _text(finished), "done", _text(by)]
 
 
 def parse(jid: str, queue: str, reply: Sequence[Any], now_ms: float | None = None) -> JobInfo | None:
@@ -261,5 +272,9 @@ def parse(jid: str, queue: str, reply: Sequence[Any], now_ms: float | None = Non
         progress=_progress(fields.get("progress")),
         due_at=due if status is JobStatus.SCHEDULED else None,
         token=token,
-        runs=_runs(fields.get("runs"), codec.run_number(envelope.attempt) if envelope else 0),
+        runs=_runs(
+            fields.get("runs"),
+            codec.run_number(envelope.attempt) if envelope else 0,
+            _done_run(fields, status, token),
+        ),
     )

@@ -12,6 +12,8 @@
 -- note_run: append one line "<token> <ended ms> <outcome> <consumer>" to the
 -- record's runs field, the newest MAX_RUNS kept (the job page's attempts;
 -- records.parse numbers them). The consumer is read from the in-flight key.
+-- A run that completes the task writes no line (ack_claim.lua is the hot
+-- path): its token, finished and by fields are that run.
 -- trim_records: drop the oldest records of index beyond cap. The keys it
 -- drops come from the index, so they share its hash tag (the queue's): every
 -- script that includes this stays single-slot.

@@ -90,6 +90,7 @@ if #KEYS > 6 then
   local channel = ARGV[3 + plain]
   local cap = tonumber(ARGV[4 + plain])
   local now = now_ms()
+  local by = string.match(KEYS[2], ':inflight:(.+)$') or '-'  -- the consumer: the job page's last run
   local index = {}
   local jids = {}
   for r = 1, #KEYS - 6 do
@@ -99,12 +100,12 @@ if #KEYS > 6 then
       acked = acked + 1
       local record = KEYS[6 + r]
       if ARGV[at + 5] == '' then
-        redis.call('HSET', record, 'state', 'done', 'result', ARGV[at + 3], 'finished', now, 'token', token)
+        redis.call('HSET', record, 'state', 'done', 'result', ARGV[at + 3], 'finished', now, 'token', token,
+          'by', by)
       else
         redis.call('HSET', record, 'state', 'done', 'result', ARGV[at + 3], 'finished', now, 'token', token,
-          'env', ARGV[at + 5])
+          'by', by, 'env', ARGV[at + 5])
       end
-      note_run(record, token, now, 'done', KEYS[2])
       redis.call('PEXPIRE', record, ARGV[at + 4])
       if ARGV[at + 6] ~= '' then
         expire_unique(ARGV[at + 6], tonumber(ARGV[at + 4]))
