@@ -58,7 +58,7 @@ def _embedded_redis_of_the_session(tmp_path_factory: pytest.TempPathFactory) -> 
     """A data directory of the session's own (inherited by the processes tests start): a part given no
     Redis URL starts its embedded server there, never in the user's home; stopped at the end."""
     from fencekit._redis import address
-    from fencekit._redis.embedded import Embedded
+    from fencekit._redis.embedded import Embedded, stop_started
 
     directory = tmp_path_factory.mktemp("fencekit-data")
     before = os.environ.get("FENCEKIT_DATA_DIR")
@@ -70,8 +70,9 @@ def _embedded_redis_of_the_session(tmp_path_factory: pytest.TempPathFactory) -> 
             os.environ.pop("FENCEKIT_DATA_DIR", None)
         else:
             os.environ["FENCEKIT_DATA_DIR"] = before
+        stop_started()  # the ones this process started (a test gave a part no URL)
         record = address.read(directory)
-        if record is not None:
+        if record is not None:  # one a process the tests started left running
             Embedded(directory, None, record.server).stop()
 
 

@@ -29,7 +29,7 @@ from fencekit._redis import address
 from fencekit._redis.process import RedisServer, ServerBinaryMissing, find_server_binary, valkey_binary
 from fencekit.errors import ConfigError
 
-__all__ = ["Embedded", "answers", "default_url", "start"]
+__all__ = ["Embedded", "answers", "default_url", "start", "stop_started"]
 
 STOP_TIMEOUT = 10.0
 logger = logging.getLogger("fencekit")
@@ -130,6 +130,16 @@ def default_url() -> str:
         _said.add(url)
         _started.append(embedded)
         return url
+
+
+def stop_started() -> int:
+    """Stop the embedded servers this process started and left running (:func:`default_url`);
+    how many. For a host, or a test session, that wants them gone before it exits."""
+    with _lock:
+        stopping, _started[:] = list(_started), []
+    for embedded in stopping:
+        embedded.stop()
+    return len(stopping)
 
 
 def _terminate(pid: int) -> None:
