@@ -170,6 +170,22 @@ async def run_chromium(chromium: str, *args: str, timeout: float = 60.0) -> byte
     return out
 
 
+async def screenshot(
+    chromium: str, url: str, name: str, size: tuple[int, int], least: int, tmp: Path
+) -> None:
+    """A PNG of ``url`` at ``size``, at least ``least`` bytes (rendered, not blank); it replaces
+    ``docs/<name>`` when ``FENCEKIT_UPDATE_SCREENSHOT=1``."""
+    shot = tmp / name
+    await run_chromium(chromium, f"--screenshot={shot}", f"--window-size={size[0]},{size[1]}", url)
+    data = shot.read_bytes()
+    assert data.startswith(b"\x89PNG\r\n\x1a\n")
+    assert (int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")) == size
+    assert len(data) > least, len(data)
+    if os.environ.get("FENCEKIT_UPDATE_SCREENSHOT") == "1":
+        (REPO / "docs").mkdir(exist_ok=True)
+        shutil.copyfile(shot, REPO / "docs" / name)
+
+
 class DomText(HTMLParser):
     """Collects the text and the element names of a serialized DOM."""
 
@@ -300,19 +316,8 @@ async def test_chromium_screenshot_of_the_dashboard(
     admin_url: str, redis_url: str, chromium: str, tmp_path: Path
 ) -> None:
     await book_a_day(redis_url, "thumbnails")  # something in the last hour's chart
-    shot = tmp_path / "admin.png"
-    await run_chromium(
-        chromium, f"--screenshot={shot}", "--window-size=1280,900", with_credentials(admin_url, "/admin")
-    )
-    data = shot.read_bytes()
-    assert data.startswith(b"\x89PNG\r\n\x1a\n")
-    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
-    assert (width, height) == (1280, 900)
-    assert len(data) > 20_000  # a rendered page, not a blank or an error
-    if os.environ.get("FENCEKIT_UPDATE_SCREENSHOT") == "1":
-        target = REPO / "docs" / "admin.png"
-        target.parent.mkdir(exist_ok=True)
-        shutil.copyfile(shot, target)
+    url = with_credentials(admin_url, "/admin")
+    await screenshot(chromium, url, "admin.png", (1280, 900), 20_000, tmp_path)
 
 
 async def book_a_day(redis_url: str, queue: str) -> int:
@@ -375,18 +380,8 @@ async def test_chromium_renders_the_history_charts(
     assert dashboard.tags.count("svg") == 1
     assert "Last hour" in dashboard.text
 
-    shot = tmp_path / "history.png"
-    await run_chromium(
-        chromium,
-        f"--screenshot={shot}",
-        "--window-size=1280,1500",
-        with_credentials(admin_url, "/admin/history?window=24h&queue=thumbnails"),
-    )
-    data = shot.read_bytes()
-    assert data.startswith(b"\x89PNG\r\n\x1a\n")
-    assert len(data) > 40_000  # charts, not a blank page
-    if os.environ.get("FENCEKIT_UPDATE_SCREENSHOT") == "1":
-        shutil.copyfile(shot, REPO / "docs" / "history.png")
+    url = with_credentials(admin_url, "/admin/history?window=24h&queue=thumbnails")
+    await screenshot(chromium, url, "history.png", (1280, 1500), 40_000, tmp_path)  # charts, not blank
 
 
 async def test_chromium_browses_a_queue_s_lists_with_escaped_strings(
@@ -414,15 +409,5 @@ async def test_chromium_browses_a_queue_s_lists_with_escaped_strings(
     assert "5 finished task(s)" in hostile.text, hostile.text
     assert HOSTILE in hostile.text
     assert "img" not in hostile.tags
-    shot = tmp_path / "admin-browse.png"
-    await run_chromium(
-        chromium,
-        f"--screenshot={shot}",
-        "--window-size=1280,900",
-        with_credentials(admin_url, "/admin/queue?queue=emails&list=finished"),
-    )
-    data = shot.read_bytes()
-    assert data.startswith(b"\x89PNG\r\n\x1a\n")
-    assert len(data) > 20_000  # a rendered page, not a blank or an error
-    if os.environ.get("FENCEKIT_UPDATE_SCREENSHOT") == "1":
-        shutil.copyfile(shot, REPO / "docs" / "admin-browse.png")
+    url = with_credentials(admin_url, "/admin/queue?queue=emails&list=finished")
+    await screenshot(chromium, url, "admin-browse.png", (1280, 900), 20_000, tmp_path)
