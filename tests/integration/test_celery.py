@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import inspect
 import os
-import re
 import shutil
 import signal
 import socket
@@ -40,6 +39,7 @@ import redis
 from celery import Celery
 from celery.exceptions import Retry
 from celery.result import AsyncResult
+from tests.docs_blocks import block_with
 from tests.servers import check_flavor
 
 from fencekit import DistributedLock, FenceGate, IdempotencyGuard
@@ -281,7 +281,7 @@ def test_a_lease_lost_while_the_body_ran_is_reported_and_marks_nothing(client: r
 
 
 def test_the_docs_example_runs(redis_url: str) -> None:
-    (block,) = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "celery.md").read_text(), flags=re.S)
+    block = block_with('key=lambda order: f"charge:{order}",\n')
     namespace: dict[str, Any] = {}
     exec(block.replace("redis://localhost:6379/0", redis_url), namespace)
     namespace["app"].close()

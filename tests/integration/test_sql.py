@@ -10,11 +10,9 @@ from __future__ import annotations
 import asyncio
 import datetime
 import random
-import re
 import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,6 +22,7 @@ from alembic.operations import Operations
 from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 from sqlalchemy.pool import NullPool
+from tests.docs_blocks import block_with
 from tests.sql_helpers import Database, own_database
 
 from fencekit import FencedOutError, FenceToken
@@ -402,10 +401,8 @@ async def test_a_declarative_model_with_fence_mapped_column(write: Writer, engin
 
 
 def test_the_readme_example(db: Database) -> None:
-    # The README's "Fencing your database" example, as it stands there, on this test's database.
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", readme, flags=re.S)
-    (block,) = [b for b in blocks if "fenced_upsert(conn" in b]
+    # The "Fencing your database" example (docs/guides/database.md) as it stands, on this test's database.
+    block = block_with("fenced_upsert(conn")
     code = block.replace("postgresql+psycopg://postgres@127.0.0.1:5432/test", db.sync_url)
     assert code != block
     namespace: dict[str, Any] = {}
