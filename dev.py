@@ -78,16 +78,14 @@ def say(message: str) -> None:
 
 def ensure(extras: tuple[str, ...]) -> None:
     """``.venv`` with this checkout installed with at least ``extras``, made or updated as needed."""
-    if sys.version_info < (3, 10):
+    if sys.version_info < (3, 10):  # noqa: UP036 - this file runs on whatever python3 is
         sys.exit(f"dev.py: fencekit needs Python 3.10 or newer; this is {sys.version.split()[0]}")
     if not PYTHON.exists():
         say(f"making a virtualenv in {VENV}")
         try:
             venv.EnvBuilder(with_pip=True, clear=True).create(VENV)
         except (OSError, subprocess.CalledProcessError) as exc:
-            sys.exit(
-                f"dev.py: could not make a virtualenv ({exc}); on Debian/Ubuntu install python3-venv"
-            )
+            sys.exit(f"dev.py: could not make a virtualenv ({exc}); on Debian/Ubuntu install python3-venv")
     done_fingerprint, done_extras = installed()
     wanted = set(extras)
     if done_fingerprint == fingerprint() and wanted <= done_extras:
@@ -99,7 +97,7 @@ def ensure(extras: tuple[str, ...]) -> None:
     pip = [str(PYTHON), "-m", "pip", "--disable-pip-version-check", "install", "-q"]
     env = {**os.environ, "FENCEKIT_REQUIRE_EXT": "1"}
     env.pop("FENCEKIT_NO_EXT", None)
-    steps = [pip + ["-U", "pip"], pip + ["-e", spec]]
+    steps = [[*pip, "-U", "pip"], [*pip, "-e", spec]]
     for step in steps:
         if subprocess.run(step, cwd=ROOT, env=env).returncode != 0:
             STAMP.unlink(missing_ok=True)
@@ -111,19 +109,32 @@ def ensure(extras: tuple[str, ...]) -> None:
     subprocess.run([str(PYTHON), "-c", "import fencekit.compiled as c; print('fencekit', c.describe())"])
 
 
-def run_in_venv(args: list[str]) -> int:
-    """Run ``python ARGS`` of the venv, as if the venv were active, and return its exit code."""
+def venv_env() -> dict[str, str]:
     env = {**os.environ, "VIRTUAL_ENV": str(VENV), "PATH": f"{VENV / 'bin'}{os.pathsep}{os.environ['PATH']}"}
     env.pop("PYTHONHOME", None)
+    return env
+
+
+def run_in_venv(args: list[str]) -> int:
+    """Run ``python ARGS`` of the venv, as if the venv were active, and return its exit code."""
     try:
-        return subprocess.run([str(PYTHON), *args], cwd=ROOT, env=env).returncode
+        return subprocess.run([str(PYTHON), *args], cwd=ROOT, env=venv_env()).returncode
     except KeyboardInterrupt:
         return 130
 
 
+def become(args: list[str]) -> int:
+    """Replace this process by ``python ARGS`` of the venv: signals (Ctrl-C, SIGTERM) reach it directly."""
+    os.chdir(ROOT)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(str(PYTHON), [str(PYTHON), *args], venv_env())
+    return 1  # not reached
+
+
 def test(args: list[str]) -> int:
     if "--coverage" not in args:
-        return run_in_venv(["-m", "pytest", "-n", "4", *args])
+        return become(["-m", "pytest", "-n", "4", *args])
     args = [a for a in args if a != "--coverage"]
     run_in_venv(["-m", "coverage", "erase"])
     code = run_in_venv(["-m", "coverage", "run", "-m", "pytest", "-n", "4", *args])
@@ -139,13 +150,13 @@ def main(argv: list[str]) -> int:
     verb, args = argv[0], argv[1:]
     ensure(EXTRAS[verb])
     if verb == "demo":
-        return run_in_venv(["-m", "fencekit.pool", "fencekit.demo:app", "--procs", "2", *args])
+        return become(["-m", "fencekit.pool", "fencekit.demo:app", "--procs", "2", *args])
     if verb == "test":
         return test(args)
     if verb == "docs":
         action = args[0] if args else "build"
         extra = ["--strict"] if action == "build" else []
-        return run_in_venv(["-m", "mkdocs", action, *extra, *args[1:]])
+        return become(["-m", "mkdocs", action, *extra, *args[1:]])
     if verb == "lint":
         checks = [
             ["-m", "ruff", "check", "src", "tests", "bench", "dev.py"],
@@ -154,7 +165,7 @@ def main(argv: list[str]) -> int:
         ]
         return max(run_in_venv(check) for check in checks)
     if verb == "run":
-        return run_in_venv(args)
+        return become(args)
     return 0  # install: done above
 
 

@@ -44,7 +44,8 @@ def get(url: str) -> tuple[int, str]:
 
 def main() -> int:
     demo, test = readme_commands()
-    assert demo.startswith("python3 dev.py ") and test.startswith("python3 dev.py "), (demo, test)
+    assert demo.startswith("python3 dev.py "), demo
+    assert test.startswith("python3 dev.py "), test
     work = Path(tempfile.mkdtemp(prefix="two-commands-"))
     clone, home = work / "clone", work / "home"
     home.mkdir()
