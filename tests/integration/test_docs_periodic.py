@@ -11,7 +11,7 @@ from tests.queue_helpers import running
 
 
 async def test_the_periodic_example_registers_both_schedules(redis_url: str):
-    """The README's schedules validate, and a Server serving them lists both with their next runs."""
+    """The page's schedules validate, and a Server serving them lists both with their next runs."""
     from fencekit import Client, Server
 
     namespace: dict[str, Any] = {"__name__": "readme_periodic"}

@@ -11,7 +11,7 @@ from tests.docs_blocks import block_with
 
 
 def test_the_testing_example_runs_as_a_user_s_test(tmp_path: Path):
-    """The README's test, in a project of its own that opts in to the plugin, passes under pytest."""
+    """The page's first test, in a project of its own that opts in to the plugin, passes under pytest."""
     (tmp_path / "conftest.py").write_text('pytest_plugins = ["fencekit.testing.pytest"]\n')
     (tmp_path / "pytest.ini").write_text(
         "[pytest]\nasyncio_mode = auto\nasyncio_default_fixture_loop_scope = function\n"

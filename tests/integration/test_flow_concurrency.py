@@ -1,4 +1,4 @@
-"""Per-key concurrency on a real Redis and real processes (docs/flow.md): the slot is
+"""Per-key concurrency on a real Redis and real processes (docs/guides/flow.md): the slot is
 taken in ``ack_claim.lua`` and given back by whatever ends the delivery (ack,
 retry, fail, timeout, cancel, the reaper); a task whose key is full is parked, not
 lost, failed or counted, and does not hold up other keys."""

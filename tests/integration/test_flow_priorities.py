@@ -1,4 +1,4 @@
-"""Priorities on a real Redis (docs/flow.md): claim order by priority, FIFO within
+"""Priorities on a real Redis (docs/guides/flow.md): claim order by priority, FIFO within
 one, decided by ``ack_claim.lua``; retries keep their priority; every script that
 touches a queue's pending list knows the priority lists."""
 

@@ -1,4 +1,4 @@
-"""Global rate limits on a real Redis and real processes (docs/flow.md): one token
+"""Global rate limits on a real Redis and real processes (docs/guides/flow.md): one token
 bucket per limited operation in Redis, taken in ``ack_claim.lua``; a limited task
 stays queued (not failed, retried or counted) and the claim of its queue pauses
 until the next token."""

@@ -191,6 +191,10 @@ async def _noop(payload: dict[str, Any]) -> None:
 # -- the job queue on a real Server -------------------------------------------------------------
 
 
+def server_stages(stages: list[str]) -> list[str]:
+    return [stage for stage in stages if stage != "enqueued"]
+
+
 async def test_a_server_tells_each_stage_of_a_job_once_redis_accepted_it(redis_url: str) -> None:
     rec = Recorder()
     seen_inside: list[str | None] = []
@@ -223,9 +227,14 @@ async def test_a_server_tells_each_stage_of_a_job_once_redis_accepted_it(redis_u
             what="every job settled",
         )
         await eventually(lambda: rec.jobs(fail)[-1:] == ["failed"], timeout=10)
-    assert rec.jobs(ok) == ["enqueued", "started", "succeeded"]
-    assert rec.jobs(flaky) == ["enqueued", "started", "retried", "started", "succeeded"]
-    assert rec.jobs(fail) == ["enqueued", "started", "retried", "started", "failed"]
+    # The client's on_enqueued and the server's stages are told by two parties: with both on one
+    # loop the server may start the task before the client's await resumes. Each is told once, and
+    # the server's stages come in their order.
+    for jid in (ok, flaky, fail):
+        assert rec.jobs(jid).count("enqueued") == 1
+    assert server_stages(rec.jobs(ok)) == ["started", "succeeded"]
+    assert server_stages(rec.jobs(flaky)) == ["started", "retried", "started", "succeeded"]
+    assert server_stages(rec.jobs(fail)) == ["started", "retried", "started", "failed"]
     done = rec.event("on_succeeded", ok)
     assert (done.queue, done.operation, done.attempt, done.error) == ("hk", "run", 1, None)
     assert done.token is not None

@@ -227,7 +227,7 @@ async def test_a_concurrency_slot_is_a_lease_a_paused_holder_resumes_beside_the_
     slot is SIGSTOPped past its heartbeat TTL; B's reaper returns A's delivery and frees the slot,
     B claims the task under a newer token and holds it; A resumes, and for a while both run the
     key's task at once (two runs, cap one). The writes decide: A's ``set_if_fresh`` is fenced out,
-    B's lands, the task is processed once. (docs/flow.md, "The cap is a lease".)"""
+    B's lands, the task is processed once. (docs/guides/flow.md, "The cap is a lease".)"""
     b_started = asyncio.Event()
     b_release = asyncio.Event()
 

@@ -1,6 +1,6 @@
 """Queues take turns on a running consumer (the first hour, item 3).
 
-``docs/flow.md`` promises round-robin between a consumer's queues (weighted by
+``docs/guides/flow.md`` promises round-robin between a consumer's queues (weighted by
 ``queue_weights``). On a running pool with one child at concurrency 1, tasks
 enqueued on a third queue while two others kept it busy waited until both
 were drained: a claim had found the third queue empty, and nothing looked at

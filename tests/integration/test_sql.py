@@ -370,7 +370,7 @@ def test_the_alembic_operations_add_and_drop_a_nullable_bigint_fence(engine: sa.
     assert {c["name"] for c in sa.inspect(engine).get_columns(table)} == {"id", "amount"}
 
 
-# -- a declarative model with fence_mapped_column, and the README example -----------------------
+# -- a declarative model with fence_mapped_column, and the docs example ------------------------
 
 
 class Declared(DeclarativeBase):
@@ -400,8 +400,8 @@ async def test_a_declarative_model_with_fence_mapped_column(write: Writer, engin
     assert columns["fence_token"]["nullable"] is True
 
 
-def test_the_readme_example(db: Database) -> None:
-    # The "Fencing your database" example (docs/guides/database.md) as it stands, on this test's database.
+def test_the_docs_example(db: Database) -> None:
+    # The first example of docs/guides/database.md ("In short") as it stands, on this test's database.
     block = block_with("fenced_upsert(conn")
     code = block.replace("postgresql+psycopg://postgres@127.0.0.1:5432/test", db.sync_url)
     assert code != block

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -18,6 +18,13 @@ from tests.queue_helpers import eventually, new_server, running, scheduled, stat
 from tests.servers import direct
 
 from fencekit import App, Client, ConfigError, JobFailed, PayloadError, Task
+
+
+@pytest.fixture(autouse=True)
+async def _close_the_app_s_client() -> AsyncIterator[None]:
+    """``tf.greet.run(...)`` outside a server opens the module app's client on the test's loop."""
+    yield
+    await tf.app.close()
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ listens, so anything else would fail.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 import redis
@@ -18,6 +18,13 @@ from tests.queue_helpers import new_server, running, scheduled
 
 from fencekit import App, Client, SyncClient
 from fencekit.testing import drain_sync
+
+
+@pytest.fixture(autouse=True)
+async def _close_the_app_s_client() -> AsyncIterator[None]:
+    """``tf.greet.run(...)`` outside a server opens the module app's client on the test's loop."""
+    yield
+    await tf.app.close()
 
 
 @pytest.fixture

@@ -141,37 +141,45 @@ def test_a_new_pool_setting_is_one_declaration() -> None:
     assert set(table(PoolSettings)) <= flags
 
 
-def test_the_readme_lists_every_setting_with_its_default() -> None:
+def test_the_settings_page_lists_every_setting_with_its_default() -> None:
     rows = {}
-    for line in README.read_text().splitlines():
+    for line in (README.parent / "docs" / "reference" / "settings.md").read_text().splitlines():
         match = re.match(r"\| `(\w+)`(?:, `(\w+)`)? \| ([^|]+) \|", line)
         if match:
             for name in match.group(1, 2):
                 if name:
-                    rows[name] = match.group(3).strip().strip("`")
+                    rows[name] = match.group(3).strip().strip("`").split(" (")[0]  # "604800 (7 days)"
     for name, setting in table(PoolSettings).items():
         if not setting.option.flag:
             continue
-        assert name in rows, f"README's settings table lacks {name}"
+        assert name in rows, f"the settings page's table lacks {name}"
         default = setting.option.default
         if callable(default) or default is None:
             continue
         shown = f"{default:g}" if isinstance(default, float) else str(default)
-        assert rows[name] == shown, f"README says {name} defaults to {rows[name]}, the table says {shown}"
+        assert rows[name] == shown, f"the page says {name} defaults to {rows[name]}, the table says {shown}"
 
 
-def test_every_test_the_readme_names_exists() -> None:
-    """A claim in "Failure behaviour" names its test: a renamed or deleted test must not leave it dangling."""
+def test_every_test_the_docs_name_exists() -> None:
+    """A claim ("Failure behaviour" and every guide) names its test: a renamed or deleted test must not
+    leave it dangling."""
     tests_dir = README.parent / "tests" / "integration"
-    named: list[tuple[str, str]] = []
-    current = ""
-    for match in re.finditer(r"`(test_\w+\.py)?::(test_\w+)`", README.read_text()):
-        current = match.group(1) or current  # "`::test_x`" continues the file named before
-        named.append((current, match.group(2)))
+    named: list[tuple[str, str, str]] = []
+    for page in [README, *sorted((README.parent / "docs").rglob("*.md"))]:
+        current = ""
+        pattern = r"`(?:tests/integration/)?(test_\w+\.py)(?:::(test_\w+))?`|`::(test_\w+)`"
+        for match in re.finditer(pattern, page.read_text()):
+            current = match.group(1) or current  # "`::test_x`" continues the file named before
+            name = match.group(2) or match.group(3)
+            if name:
+                named.append((page.name, current, name))
     assert len(named) > 40, named
-    for file, name in named:
+    for page_name, file, name in named:
+        assert file, f"{page_name} names ::{name} before naming its file"
         source = (tests_dir / file).read_text()
-        assert re.search(rf"^(async )?def {name}\(", source, re.MULTILINE), f"README names {file}::{name}"
+        assert re.search(rf"^(async )?def {name}\(", source, re.MULTILINE), (
+            f"{page_name} names {file}::{name}"
+        )
 
 
 def test_a_switch_is_a_flag_without_a_value_and_a_yes_or_no_in_the_environment() -> None:

@@ -13,7 +13,7 @@ Cluster too (invariant I5 of ``docs/design.md``). The schema, with ``P`` the pre
 
     one queue Q (tag = the queue name)
     P:{Q}:pending              LIST   envelopes; LPUSH in, RPOP out (FIFO) -- of priority 0
-    P:{Q}:pending:<p>          LIST   the same for tasks of priority p != 0 (-5..5, docs/flow.md)
+    P:{Q}:pending:<p>          LIST   the same for tasks of priority p != 0 (-5..5, docs/guides/flow.md)
     P:{Q}:pending:prio         ZSET   p -> p of each priority list that may be non-empty
                                       (a marker: claims look past the plain list only when
                                       it exists; built from the pending key in lua/_prio.lua)

@@ -17,7 +17,7 @@ The operator verbs are one module per group -- :mod:`~fencekit.cli.enqueue`,
 failures) -- over :mod:`~fencekit.cli.base` (settings flags derived from
 :mod:`fencekit.settings`, one ``Client``, ``asyncio.run``, exit codes) and
 :mod:`~fencekit.cli.output` (Rich tables, ``--json``, progress bars on
-stderr). ``docs/cli.md`` documents every verb, its JSON and the exit codes
+stderr). ``docs/reference/cli.md`` documents every verb, its JSON and the exit codes
 of every command in one table; the verbs' own are :class:`~fencekit.cli.base.Exit`.
 """
 
@@ -50,7 +50,7 @@ def _usage(known: dict[str, Verb]) -> str:
     lines += [
         "",
         "Every command takes --redis-url (env FENCEKIT_REDIS_URL) and --prefix (env FENCEKIT_PREFIX);",
-        "the operator commands print tables, or one JSON object with --json (docs/cli.md).",
+        "the operator commands print tables, or one JSON object with --json (docs/reference/cli.md).",
         "Exit codes: 0 done, 1 nothing found or not done, 2 bad usage or configuration,",
         "4 Redis unreachable, 130 interrupted (pool: 3 a child could not boot).",
     ]

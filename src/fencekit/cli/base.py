@@ -45,7 +45,7 @@ COMMON_SETTINGS = ("redis_url", "prefix")
 
 
 class Exit(IntEnum):
-    """The exit codes of the operator verbs (``docs/cli.md`` has the table of every command's)."""
+    """The exit codes of the operator verbs (``docs/reference/cli.md`` has the table of every command's)."""
 
     OK = 0
     """Done."""
@@ -115,7 +115,9 @@ def build_parser(verb: Verb, prog: str) -> argparse.ArgumentParser:
         epilog=f"{verb.epilog} {_EXITS}".strip(),
     )
     verb.arguments(parser)
-    parser.add_argument("--json", action="store_true", help="print one JSON object (shapes: docs/cli.md)")
+    parser.add_argument(
+        "--json", action="store_true", help="print one JSON object (shapes: docs/reference/cli.md)"
+    )
     rows = table(ServerSettings)
     for name in (*COMMON_SETTINGS, *verb.settings):
         setting = rows[name]

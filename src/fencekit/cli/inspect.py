@@ -5,7 +5,7 @@
 same :class:`~fencekit.web.source.AdminSource` (three pipelined round trips;
 consumers' beat ages measured on Redis's clock), so the command line and
 ``/admin`` can never disagree. ``job`` reads one task's record as
-``Client.job`` does. The JSON shapes are listed in ``docs/cli.md``.
+``Client.job`` does. The JSON shapes are listed in ``docs/reference/cli.md``.
 """
 
 from __future__ import annotations

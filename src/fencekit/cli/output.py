@@ -2,7 +2,7 @@
 
 Every verb prints its result through an :class:`Output`: a human table
 (Rich) by default, or exactly one JSON object with ``--json`` (the shapes are
-documented in ``docs/cli.md`` and stable). Errors and notes go to stderr as
+documented in ``docs/reference/cli.md`` and stable). Errors and notes go to stderr as
 ``<prog>: error: ...`` lines, so stdout stays parseable. Bulk operations show
 a :class:`Bar` on stderr: a Rich progress bar on a terminal, else a plain
 line every few seconds (a log file gets a trace, not a bar's escape codes).

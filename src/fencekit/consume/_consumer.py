@@ -7,7 +7,7 @@ the next queue in round-robin order, or weighted by ``queue_weights``
 (``ack_claim.lua`` does the acks and the claim of one queue in one script;
 priorities, rate limits and concurrency keys are decided there, and a queue
 whose rate limit has no token is not claimed from until it has:
-:mod:`fencekit.jobs.flow`, docs/flow.md). Finished tasks only record their outcome
+:mod:`fencekit.jobs.flow`, docs/guides/flow.md). Finished tasks only record their outcome
 and wake the loop, so acks batch by themselves under load.
 
 An idle consumer blocks in ``BLPOP`` on the queues' wake keys over a second

@@ -84,7 +84,7 @@ class Turns:
 
         The waker blocks only while every queue is empty; without this, a queue
         found empty while the others kept the consumer busy would wait until
-        they were all drained (round-robin, docs/flow.md). One read-only call
+        they were all drained (round-robin, docs/guides/flow.md). One read-only call
         (one per queue on a Redis Cluster, whose queues are in several slots).
         """
         empty = tuple(q for q in self._qkeys if q in self._empty and q not in self._paused)

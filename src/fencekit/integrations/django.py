@@ -6,7 +6,7 @@ Importable without Django: Django is imported only when a function runs.
 is accepted too. :func:`fenced_upsert` is one raw statement per dialect, built
 from the model's meta with the connection's own quoting: Django's
 ``bulk_create(update_conflicts=True)`` cannot carry the fence predicate.
-The SQL and the race they close are explained in ``docs/sql.md``.
+The SQL and the race they close are explained in ``docs/guides/database.md``.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ and, only when the task sets them, ``"timeout"`` (seconds the run may take),
 ``"expires_at"`` (Unix ms after which it is not started), ``"keep"`` (ms
 its finished record is kept: the task has a record), ``"unique"`` (its
 ``unique_key``) and ``"priority"`` (a non-default priority, placed right after ``"jid"`` so the
-Lua scripts read it with one anchored match: docs/flow.md), ``"ckey"`` (its
+Lua scripts read it with one anchored match: docs/guides/flow.md), ``"ckey"`` (its
 concurrency key, after ``"jid"`` and any ``"priority"``, for the same reason)
 and ``"trace"``
 (the W3C ``traceparent`` of the request that

@@ -1,4 +1,4 @@
-"""Flow control between and within queues (docs/flow.md): queue weights and rate limits.
+"""Flow control between and within queues (docs/guides/flow.md): queue weights and rate limits.
 
 Within a queue, priorities are decided by the claim script (``lua/_prio.lua``).
 Between queues a consumer claims, each turn, from the next queue that may have

@@ -12,7 +12,7 @@ multiples of the period since the Unix epoch, so every host computes the
 same ticks without talking to the others; ``cron`` ticks are those of the
 expression in ``cron_tz``, computed by croniter (pallets-eco; it reads the
 seconds field and follows the zone's offsets through DST with ``zoneinfo``;
-``docs/periodic.md`` says why it and not cronsim, which has no seconds field).
+``docs/guides/periodic.md`` says why it and not cronsim, which has no seconds field).
 
 Which ticks a round enqueues (:meth:`Schedule.due`); *whether* each is
 enqueued is decided in Redis (``periodic_enqueue.lua``: only ticks newer

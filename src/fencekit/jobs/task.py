@@ -29,7 +29,7 @@ class Task:
     returns that task's jid instead of a new one; ``unique_for`` (seconds)
     bounds how long the key dedupes at most. ``priority`` (an int from -5 to 5,
     default 0) orders claiming within the queue: higher first, FIFO within one
-    priority (docs/flow.md). ``concurrency_key`` counts the task against that
+    priority (docs/guides/flow.md). ``concurrency_key`` counts the task against that
     key's ``max_concurrency`` of its worker (a task function's ``build`` sets
     it from the worker's ``concurrency_key`` function).
     """

@@ -19,13 +19,13 @@ producer's; default None) and ``keep_failed`` (bool, default True: a task
 that fails for good is kept with its traceback), ``priority`` (-5..5,
 default 0: the priority of the tasks a task function's ``build``/``enqueue``
 makes; ``Task(priority=...)`` and ``.options(priority=...)`` set it per task,
-docs/flow.md), ``rate_limit`` (``"100/s"``, ``"/m"``, ``"/h"``; default
+docs/guides/flow.md), ``rate_limit`` (``"100/s"``, ``"/m"``, ``"/h"``; default
 None: the operation's tasks start at most that often across every process
-on the Redis, enforced when claiming, docs/flow.md), ``max_concurrency``
+on the Redis, enforced when claiming, docs/guides/flow.md), ``max_concurrency``
 (an int >= 1, default None) with ``concurrency_key`` (a function of the
 params returning the key, e.g. ``lambda p: p["tenant"]``; a task function's
 ``build``/``enqueue`` applies it): at most that many tasks of one key run at
-once across every process (docs/flow.md), and the periodic options
+once across every process (docs/guides/flow.md), and the periodic options
 ``cron``/``every``, ``cron_params``, ``cron_tz``, ``cron_catch_up``
 (:mod:`fencekit.jobs.periodic`: a schedule whose ticks the ``Server`` or
 the pool's supervisor enqueues, each once across every host). Workers are

@@ -126,7 +126,7 @@ class App:
         (:class:`~fencekit.jobs.worker.WorkerOptions`: ``retry``,
         ``retry_count``, ``timeout``, ``keep_result``, ``keep_failed``, and
         the periodic ``cron``/``every``, ``cron_params``, ``cron_tz``,
-        ``cron_catch_up``: ``docs/periodic.md``); an unknown or bad one is a
+        ``cron_catch_up``: ``docs/guides/periodic.md``); an unknown or bad one is a
         ConfigError naming it. A periodic function's required parameters
         must be bound by ``cron_params`` (a ConfigError at decoration
         otherwise): they are the params of each run. An ``async def`` runs

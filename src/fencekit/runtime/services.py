@@ -150,7 +150,7 @@ class Services:
             self.scheduler.loop(),
             self.history.loop(),
         ]
-        # A burst run drains what is there: it starts no new periodic runs (docs/periodic.md).
+        # A burst run drains what is there: it starts no new periodic runs (docs/guides/periodic.md).
         schedules = [] if settings.get("burst") else registry.schedules()
         self.ticker = (
             Ticker(self.redis, keys, schedules, logger, max_payload=settings["max_payload"])

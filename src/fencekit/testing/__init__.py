@@ -12,7 +12,7 @@ process until its queues are empty and returns what ran (:class:`Drained`;
 :mod:`fencekit.testing.drain`). The pytest plugin
 ``fencekit.testing.pytest`` (opt-in: ``pytest_plugins =
 ["fencekit.testing.pytest"]``) provides a private Redis, a clean one per
-test and a ``Client`` on it. See ``docs/testing.md``.
+test and a ``Client`` on it. See ``docs/guides/testing.md``.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ Opt-in, never auto-registered (its fixtures must not meet a project's own):
 
 Run the app's tasks with ``await fencekit.testing.drain(app)`` (async
 tests) or ``drain_sync(app)`` (sync tests, e.g. Django's): both need only
-``fencekit_redis_url``. See ``docs/testing.md``.
+``fencekit_redis_url``. See ``docs/guides/testing.md``.
 """
 
 from __future__ import annotations

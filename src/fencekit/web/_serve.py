@@ -82,6 +82,7 @@ class WebServer:
         self.graceful_timeout = graceful_timeout
         self._server: _HostedServer | None = None
         self._task: asyncio.Task[None] | None = None
+        self._sock: socket.socket | None = None
         self._scope = TaskScope("web", logger=self.logger)
 
     @property
@@ -98,7 +99,7 @@ class WebServer:
         """Bind, start serving, and return once requests are accepted."""
         if self.running:
             return
-        sock = _bind(self.host, self.port)
+        sock = self._sock = _bind(self.host, self.port)
         self.port = int(sock.getsockname()[1])
         config = uvicorn.Config(
             self.app,
@@ -143,6 +144,9 @@ class WebServer:
         finally:
             self._server = self._task = None
             await self._scope.aclose()
+            if self._sock is not None:  # uvicorn closes it, unless stopped before it took it over
+                self._sock.close()
+                self._sock = None
         self.logger.info("web: stopped")
 
 

@@ -1,4 +1,4 @@
--- Rate limits at claim (docs/flow.md). The consumer sends, for a queue whose
+-- Rate limits at claim (docs/guides/flow.md). The consumer sends, for a queue whose
 -- workers set rate_limit, a spec: { p = "P:{Q}:rate:", r = { {op, rate, burst}, ... } }
 -- (rate in tasks per second). Each limited operation has a token bucket
 -- P:{Q}:rate:<op> (HASH t = tokens, at = Redis TIME in us of the last

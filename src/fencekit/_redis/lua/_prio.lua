@@ -1,4 +1,4 @@
--- Priorities (docs/flow.md): a task of the default priority 0 lives on the
+-- Priorities (docs/guides/flow.md): a task of the default priority 0 lives on the
 -- queue's pending list as always; a task of priority p ~= 0 (-5..5) carries
 -- "priority":p right after its jid and lives on its own list
 -- P:{Q}:pending:<p>; the ZSET P:{Q}:pending:prio (member and score p) marks

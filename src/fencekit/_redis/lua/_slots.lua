@@ -1,4 +1,4 @@
--- Concurrency keys (docs/flow.md): a task's envelope may carry "ckey":<key>
+-- Concurrency keys (docs/guides/flow.md): a task's envelope may carry "ckey":<key>
 -- right after its jid (and priority). The claim (ack_claim.lua with a spec,
 -- _flow.lua) adds the delivery's token to the SET P:{Q}:slots:<key> while
 -- fewer than the worker's max_concurrency are in it, else parks the task on

@@ -1,6 +1,6 @@
 -- Which of a consumer's queues it found empty have work again: a consumer busy
 -- with its other queues asks in its turn, so a queue filled meanwhile takes its
--- turn in the rotation (round-robin, docs/flow.md) instead of waiting until
+-- turn in the rotation (round-robin, docs/guides/flow.md) instead of waiting until
 -- every other queue is empty. Read only.
 --
 -- KEYS[1..n]  pending  P:{Q}:pending of each queue (its priority lists hang off

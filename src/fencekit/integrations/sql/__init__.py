@@ -4,7 +4,7 @@ A row keeps, in a nullable BIGINT fence column, the largest token that wrote
 it; every write here presents a token and is one statement that applies only
 while the stored fence is NULL or not larger. A delivery paused past its lease
 and redelivered elsewhere therefore cannot overwrite the newer delivery's work
-when it resumes: its statement changes 0 rows. The guide is ``docs/sql.md``.
+when it resumes: its statement changes 0 rows. The guide is ``docs/guides/database.md``.
 
 - :func:`fenced_update` -- ``UPDATE ... WHERE <where> AND (fence IS NULL OR fence <= :t)``
 - :func:`fenced_upsert` -- insert-or-update by a business key (PostgreSQL, MySQL/MariaDB)

@@ -1,6 +1,6 @@
 """``fenced_update``: one UPDATE that applies only while the row's fence token is not newer.
 
-The hazard it closes (docs/sql.md tells it at length)::
+The hazard it closes (docs/guides/database.md tells it at length)::
 
     worker A  takes job J (token 100) ........ paused (GC, SIGSTOP, partition) .......... resumes, UPDATE
     fencekit                     lease expires, J redelivered to B (token 200)
