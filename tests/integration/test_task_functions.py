@@ -402,3 +402,19 @@ async def test_a_mistyped_call_is_refused_at_enqueue_and_a_mistyped_task_is_a_de
     assert [d.jid for d in letters] == [jid]
     assert "param 'seconds' must be float, got str 'abc'" in letters[0].reason
     assert stats(r, "typed").get("retried", 0) == 0  # a dead letter at once, never a retry
+
+
+async def test_a_stopped_server_leaves_no_result_listener_behind_after_its_task_functions_waited(
+    redis_url: str, r: redis.Redis
+) -> None:
+    """``run()`` inside a Server waits through the server's client, whose result waiter listens on
+    a sharded pub/sub; the server closes it with itself. Left running, the listener reconnected to
+    the closed pool, and that connection leaked when the loop closed."""
+    server = new_server(redis_url, tf.slow_async)
+    async with running(server):
+        assert await tf.slow_async.run(0.3) == "slept"  # not done at the first read: subscribed
+        assert [t for t in asyncio.all_tasks() if t.get_name() == "fencekit-results"]
+    await asyncio.sleep(0.3)  # a listener left running would reconnect meanwhile
+    assert [t for t in asyncio.all_tasks() if t.get_name() == "fencekit-results"] == []
+    own = r.client_id()
+    assert [c["cmd"] for c in r.client_list() if int(c["id"]) != own] == []

@@ -285,7 +285,10 @@ async def _serve(
         finally:
             stats = consumer.stats
             board.tick(config.slot, time.monotonic(), STOPPING, pid, stats.processed, stats.by_queue)
-            await aclose_client(redis)
+            try:
+                await client.close()  # its result waiter and batcher, before their connections
+            finally:
+                await aclose_client(redis)
 
 
 async def _forget_self(redis: Any, keys: KeySpace, config: ChildConfig, logger: logging.Logger) -> None:

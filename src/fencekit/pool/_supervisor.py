@@ -109,6 +109,7 @@ class Supervisor(Liveness, PoolPlacement):
         self.registry = WorkerRegistry()
         self.registry.add(app.workers)
         self._detach_client: Callable[[], None] | None = None
+        self._client: Client | None = None  # the app's task functions' and hooks' client
         self.spawn = spawn
         self.app_spec = app_spec
         self.worker_paths = worker_paths
@@ -174,7 +175,7 @@ class Supervisor(Liveness, PoolPlacement):
         await self.services.open()
         await self.services.start_web()
         self._hooks_ran = True  # from here on, the shutdown hooks run at stop
-        client = Client.sharing(self.settings, self.services.redis, self.app.hooks)
+        client = self._client = Client.sharing(self.settings, self.services.redis, self.app.hooks)
         # the app's task functions enqueue here in the supervisor (its hooks): the pool's Redis
         self._detach_client = attach_client(self.registry, client)
         await run_hooks(self.app.on_pool_startup, client)
@@ -265,13 +266,16 @@ class Supervisor(Liveness, PoolPlacement):
             return
         try:
             if self._hooks_ran:
-                client = Client.sharing(self.settings, self.services.redis, self.app.hooks)
+                client = self._client or Client.sharing(self.settings, self.services.redis, self.app.hooks)
                 hooks = run_hooks(self.app.on_pool_shutdown, client)
                 await self.services.bounded("the on_pool_shutdown hooks", hooks)
         finally:
             if self._detach_client is not None:
                 self._detach_client()
                 self._detach_client = None
+            if self._client is not None:  # its result waiter and batcher, before their connections
+                await self.services.bounded("closing the pool's client", self._client.close())
+                self._client = None
             await self.services.close()
             await self.diagnosing.aclose()
             if self.board is not None:

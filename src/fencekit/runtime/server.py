@@ -240,6 +240,8 @@ class Server:
                     for remove in removers:
                         remove()
                     detach()
+                    # its result waiter and batcher, before the connections they use are closed
+                    await services.bounded("closing the server's client", self._client.close())
                     await services.close()
                     self.started.clear()
                     self.logger.info("server %s stopped", self.consumer_id)
