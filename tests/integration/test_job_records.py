@@ -655,3 +655,35 @@ async def test_result_survives_its_subscription_being_killed(
         )
         release.set()
         assert await waiter == "after the reconnect"
+
+
+@pytest.mark.parametrize("kept_by", ["the letter", "the replacement"])
+async def test_a_dead_letter_revived_as_a_corrected_task_ends_done_in_its_record(
+    redis_url: str, kept_by: str
+):
+    """The revive makes the letter's record pending again; the corrected task's run must finish it
+    (its envelope keeps a record: the letter's retention, or its own), or ``result()`` waits forever."""
+    from fencekit import App, JobStatus
+    from fencekit.testing import drain
+
+    app = App()
+
+    @app.task(queue="pay")
+    def charge(order: int) -> str:
+        return f"order {order} charged"
+
+    async with Client(redis_url=redis_url) as client:
+        jid = await client.enqueue(Task("pay", "charge", {"order_id": 5}))  # the wrong name
+        await drain(app, redis_url)
+        info = await client.job(jid)
+        assert info is not None
+        assert info.status is JobStatus.DEAD
+        (letter,) = await client.queue("pay").dead_letters()
+        keep = None if kept_by == "the letter" else 60
+        fixed = Task("pay", "charge", {"order": 5}, jid=jid, keep_result=keep)
+        assert await client.queue("pay").revive(letter.id, fixed)
+        await drain(app, redis_url)
+        assert await client.result(jid, timeout=10) == "order 5 charged"
+        info = await client.job(jid)
+        assert info is not None
+        assert info.status is JobStatus.DONE

@@ -281,10 +281,31 @@ def retry_failed(qk: QueueKeys, jid: str | None, keep_result: float | None) -> S
     return int((yield from _one(call)))
 
 
-def revive(qk: QueueKeys, dead_id: str, task: Task | None) -> Steps[bool]:
-    """Enqueue a dead letter again (as stored, or as ``task``); False if it is gone."""
-    envelope = task.envelope() if task is not None else b""
+def revive(
+    qk: QueueKeys,
+    dead_id: str,
+    task: Task | None,
+    default_keep: float = 0.0,
+    max_payload: int = codec.DEFAULT_MAX_PAYLOAD,
+) -> Steps[bool]:
+    """Enqueue a dead letter again (as stored, or as ``task``); False if it is gone.
+
+    A replacement ``task`` that sets no ``keep_result`` keeps the letter's own record retention
+    (else ``default_keep``, the producer's): the record the revive makes pending again is then
+    finished by the new run's ack, as an enqueued task's is.
+    """
     stored = yield from _one(cmd("hget", qk.dead, dead_id))
+    envelope = b""
+    if task is not None:
+        keep = default_keep
+        if task.keep_result is None and stored is not None:
+            try:
+                kept = codec.decode(stored).keep
+            except PayloadError:  # a raw poison payload: no retention of its own
+                kept = None
+            if kept is not None:
+                keep = kept / 1000
+        envelope = task.envelope(max_payload=max_payload, keep_result=keep)
     jid = task.jid if task is not None else (codec.peek_jid(stored) if stored is not None else None)
     call = scripts.dead_revive(
         dead=qk.dead,

@@ -173,4 +173,9 @@ class Queue:
 
     async def revive(self, dead_id: str, task: Task | None = None) -> bool:
         """Enqueue a dead letter again (as stored, or as ``task``); False if it is gone."""
-        return await self._run(steps.revive(self._qk, dead_id, task))
+        producer = self._producer
+        if producer is None:
+            return await self._run(steps.revive(self._qk, dead_id, task))
+        return await self._run(
+            steps.revive(self._qk, dead_id, task, producer.keep_result, producer.max_payload)
+        )

@@ -136,4 +136,7 @@ class SyncQueue:
 
     def revive(self, dead_id: str, task: Task | None = None) -> bool:
         """Enqueue a dead letter again (as stored, or as ``task``); False if it is gone."""
-        return self._run(steps.revive(self._qk, dead_id, task))
+        producer = self._producer
+        if producer is None:
+            return self._run(steps.revive(self._qk, dead_id, task))
+        return self._run(steps.revive(self._qk, dead_id, task, producer.keep_result, producer.max_payload))
