@@ -3,6 +3,8 @@ plain redis-py clients to look at Redis directly."""
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -36,3 +38,17 @@ def raw(redis_url: str) -> Iterator[redis.Redis]:
     client = direct(redis_url, decode_responses=True)
     yield client
     client.close()
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """The Chromium binary; its absence fails the test (CI installs the ``chromium`` package)."""
+    explicit = os.environ.get("FENCEKIT_CHROMIUM")
+    found = explicit or shutil.which("chromium") or shutil.which("chromium-browser")
+    if not found:
+        pytest.fail(
+            "headless Chromium not found: install it with `apt-get install -y chromium` "
+            "(or set FENCEKIT_CHROMIUM to a Chromium/Chrome binary)",
+            pytrace=False,
+        )
+    return found

@@ -86,20 +86,6 @@ class Slow:
         await self.release.wait()
 
 
-@pytest.fixture(scope="module")
-def chromium() -> str:
-    """The Chromium binary; its absence fails the test (CI installs the ``chromium`` package)."""
-    explicit = os.environ.get("FENCEKIT_CHROMIUM")
-    found = explicit or shutil.which("chromium") or shutil.which("chromium-browser")
-    if not found:
-        pytest.fail(
-            "headless Chromium not found: install it with `apt-get install -y chromium` "
-            "(or set FENCEKIT_CHROMIUM to a Chromium/Chrome binary)",
-            pytrace=False,
-        )
-    return found
-
-
 @pytest.fixture
 async def admin_url(redis_url: str) -> AsyncIterator[str]:
     """``http://127.0.0.1:PORT`` of a dashboard over a populated Redis, behind Basic Auth."""

@@ -3,9 +3,10 @@
 Every flag is a setting of :mod:`fencekit.settings` -- the parser is built
 from that table, so ``--help`` lists each with its default and its
 ``FENCEKIT_<NAME>`` variable -- and ``APP`` may come from ``FENCEKIT_APP``.
-With no Redis URL given (flag or environment) and nothing answering at
-``redis://127.0.0.1:6379/0``, the pool starts a private Redis with its data
-in ``--data-dir`` (:mod:`fencekit.pool._embedded`) and says so.
+With no Redis URL given (flag, environment or the APP's ``redis_url``), the
+pool uses the embedded Redis of ``--data-dir``, starting it when none runs
+there (:mod:`fencekit.pool._embedded`), and says so; a Redis that merely
+answers on the default port is never used unless its URL is given.
 
 The command installs the supervisor's signal methods (SIGTERM/SIGINT stop
 gracefully, a second one at once; SIGQUIT at once; SIGHUP restarts the
