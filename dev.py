@@ -144,9 +144,12 @@ def test(args: list[str]) -> int:
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] in ("-h", "--help", "help") or argv[0] not in EXTRAS:
+    if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE, end="")
-        return 0 if not argv or argv[0] in ("-h", "--help", "help") else 2
+        return 0
+    if argv[0] not in EXTRAS:
+        print(f"dev.py: unknown verb {argv[0]!r}\n\n{USAGE}", end="", file=sys.stderr)
+        return 2
     verb, args = argv[0], argv[1:]
     ensure(EXTRAS[verb])
     if verb == "demo":
