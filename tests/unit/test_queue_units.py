@@ -509,7 +509,15 @@ def every_call(keys: KeySpace, queue: str) -> dict[str, scripts.Call]:
     qk = keys.queue(queue)
     inflight = qk.inflight("host:1:server:abc")
     job_fence = keys.fence(job_resource(queue, "jid-1"))
+    bk = keys.batch(f"batch-of-{queue}")
     return {
+        "batch_open": scripts.batch_open(
+            meta=bk.meta, children=bk.children, callbacks=b"{}", armed=True, parent="", jids=["j1", "j2"]
+        ),
+        "batch_add": scripts.batch_add(meta=bk.meta, children=bk.children, jids=["j3"]),
+        "batch_arm": scripts.batch_arm(meta=bk.meta),
+        "batch_note": scripts.batch_note(meta=bk.meta, children=bk.children, notes=[("j1", "s")]),
+        "batch_done": scripts.batch_done(meta=bk.meta, children=bk.children, keep_ms=1000),
         "enqueue": scripts.enqueue(
             pending=qk.pending,
             scheduled=qk.scheduled,

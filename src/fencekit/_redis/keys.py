@@ -62,6 +62,15 @@ Cluster too (invariant I5 of ``docs/design.md``). The schema, with ``P`` the pre
                                       stand (raised past a reaped or returned delivery);
                                       the fence of ``current_job().set_if_fresh``
 
+    one batch B (tag = "b:" + the batch id; docs/design/batches.md)
+    P:{b:B}:batch              HASH   the batch's bookkeeping: state (open, armed, completing,
+                                      done), total, final, succeeded, failed, cancelled,
+                                      created, finished (ms), callbacks (JSON envelopes by
+                                      kind), parent (the batch that counts this one)
+    P:{b:B}:children           HASH   child jid -> "" while it is not final, then its outcome
+                                      (s succeeded, f failed for good, c cancelled): a child
+                                      is counted once, whichever note about it came first
+
     registry (tag = "registry")
     P:{registry}:consumers     HASH   consumer id -> JSON {host, pid, queues, started}
     P:{registry}:beats         ZSET   consumer id scored by last heartbeat (ms)
@@ -215,6 +224,15 @@ class QueueKeys:
         return self._job_base + jid
 
 
+@dataclass(frozen=True, slots=True)
+class BatchKeys:
+    """The keys of one batch; both share the hash tag ``{b:<bid>}`` (a slot of its own)."""
+
+    bid: str
+    meta: str
+    children: str
+
+
 def job_resource(queue: str, jid: str) -> str:
     """The fence resource of a task: tagged with its queue, so the queue's scripts reach it.
 
@@ -281,6 +299,15 @@ class KeySpace:
             )
             self._queues[name] = keys
         return keys
+
+    # batches --------------------------------------------------------------
+    def batch(self, bid: str) -> BatchKeys:
+        """The keys of batch ``bid`` (an id of the jid alphabet: ``jid_error`` names what is wrong)."""
+        problem = jid_error(bid, "batch id")
+        if problem is not None:
+            raise ConfigError(problem)
+        base = f"{self.prefix}:{{b:{bid}}}:"
+        return BatchKeys(bid=bid, meta=base + "batch", children=base + "children")
 
     # registry -------------------------------------------------------------
     @property

@@ -14,7 +14,8 @@ The package is split by job; callers import this package only
 - ``primitives``: locks, fences, idempotency keys, the 0.1-0.6 key upgrade;
 - ``queue``: one job's path -- enqueue, claim, settle, a running job's writes;
 - ``admin``: the operator's and reader's scripts (records, cancel, bulk, burst probe);
-- ``loops``: the maintenance loops (heartbeat, reaper, scheduler, history, ticker).
+- ``loops``: the maintenance loops (heartbeat, reaper, scheduler, history, ticker);
+- ``batches``: a batch's bookkeeping, in the batch's own slot.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from fencekit._redis.scripts.admin import (
     record_drop,
     run_now,
 )
+from fencekit._redis.scripts.batches import batch_add, batch_arm, batch_done, batch_note, batch_open
 from fencekit._redis.scripts.loops import (
     expired,
     forget,
@@ -80,6 +82,11 @@ __all__ = [
     "RecordedAck",
     "Script",
     "ack_claim",
+    "batch_add",
+    "batch_arm",
+    "batch_done",
+    "batch_note",
+    "batch_open",
     "call",
     "cancel",
     "dead_drop",
