@@ -182,6 +182,11 @@ SCRIPT_ERRORS: dict[str, type[FenceKitError]] = {
     "FENCED": FencedOutError,
     "NOTOWNED": LockNotOwned,
     "IDEMNOTOWNED": IdempotencyNotOwned,
+    # a batch's bookkeeping (docs/design/batches.md): the caller's id or call was wrong
+    "BATCHEXISTS": ConfigError,
+    "BATCHARMED": ConfigError,
+    "NOBATCH": ConfigError,
+    "BADNOTE": PayloadError,
 }
 
 

@@ -22,7 +22,7 @@ from tests.servers import direct
 from fencekit._redis import scripts
 from fencekit._redis.keys import BatchKeys, KeySpace
 from fencekit._redis.run import run
-from fencekit.errors import StoreError
+from fencekit.errors import ConfigError, PayloadError
 from fencekit.jobs.batches import BatchState, callbacks_due, parse_meta
 
 CALLBACKS = {"complete": {"op": "report"}, "success": {"op": "celebrate"}, "failure": {"op": "alert"}}
@@ -146,7 +146,7 @@ def test_an_open_batch_takes_children_until_it_is_armed_then_fires_when_all_are_
     fire = run(r, scripts.batch_arm(meta=bk.meta))
     assert orjson.loads(fire) == CALLBACKS  # every child was final already
     assert run(r, scripts.batch_arm(meta=bk.meta)) == b""  # armed once
-    with pytest.raises(StoreError, match="BATCHARMED"):
+    with pytest.raises(ConfigError, match="is completing: no child may join"):
         run(r, scripts.batch_add(meta=bk.meta, children=bk.children, jids=["late"]))
 
     waiting = KeySpace().batch("armed-before-the-end")
@@ -159,18 +159,18 @@ def test_an_open_batch_takes_children_until_it_is_armed_then_fires_when_all_are_
 def test_bad_calls_are_refused_whole_and_count_nothing(r: Any):
     bk = KeySpace().batch("strict")
     open_batch(r, bk, ["a", "b"])
-    with pytest.raises(StoreError, match="BATCHEXISTS"):
+    with pytest.raises(ConfigError, match="exists already"):
         open_batch(r, bk, ["c"])
-    with pytest.raises(StoreError, match="BADNOTE outcome x"):
+    with pytest.raises(PayloadError, match="outcome x is not s, f or c"):
         note(r, bk, ("a", "s"), ("b", "x"))
-    with pytest.raises(StoreError, match="BADNOTE a note is a jid and an outcome"):
+    with pytest.raises(PayloadError, match="a note is a jid and an outcome"):
         run(r, scripts.call("batch_note", (bk.meta, bk.children), ("a",)))
     meta = meta_of(r, bk)
     assert (meta.final, meta.succeeded) == (0, 0)
     missing = KeySpace().batch("never-opened")
     assert note(r, missing, ("a", "s")) == (0, 1, b"")
-    with pytest.raises(StoreError, match="NOBATCH"):
+    with pytest.raises(ConfigError, match="does not exist"):
         run(r, scripts.batch_arm(meta=missing.meta))
-    with pytest.raises(StoreError, match="NOBATCH"):
+    with pytest.raises(ConfigError, match="does not exist"):
         run(r, scripts.batch_add(meta=missing.meta, children=missing.children, jids=["a"]))
     assert r.exists(missing.meta, missing.children) == 0
