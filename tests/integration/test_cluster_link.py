@@ -176,6 +176,34 @@ async def test_a_node_that_dies_fails_its_calls_alone_and_the_link_serves_the_ot
             await again.aclose()
 
 
+async def test_a_connection_that_opens_as_its_caller_is_cancelled_stays_the_link_s(
+    cluster: LocalCluster, url: str
+) -> None:
+    # The caller is cancelled after the node's connection opened but before it resumed: the
+    # connection is nobody's then unless the link keeps it (a socket left open otherwise).
+    link = await open_link(parse_url(url), name="t")
+    assert isinstance(link, ClusterLink)
+    try:
+        held = set(link._conns)
+        address = next(a for a in link.slot_map.primaries if a not in held)
+        caller = asyncio.create_task(link._conn(address))
+        while address not in link._opening:
+            await asyncio.sleep(0)
+        opening = link._opening[address]
+        while not opening.done():
+            await asyncio.sleep(0)
+        caller.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await caller
+        conn = opening.result()
+        assert link._conns.get(address) is conn
+        assert not conn.closed
+        assert await link._conn(address) is conn  # the next caller uses it
+    finally:
+        await link.aclose()
+    assert conn.closed
+
+
 async def test_a_cluster_url_on_a_plain_server_is_a_config_error(redis_server: RedisServer) -> None:
     url = f"redis+cluster://{redis_server.host}:{redis_server.port}"
     with pytest.raises(ConfigError, match="not a Redis Cluster node"):

@@ -135,6 +135,10 @@ class LeanConnection(Wire):
                 f"cannot connect to Redis at {conn._address or target.redacted()}: "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
+        except BaseException:
+            # Python < 3.12: a wait_for cancelled as the connection completes drops the transport it made.
+            conn.close()
+            raise
         try:
             await conn._set_up(name)
         except BaseException:
