@@ -375,7 +375,9 @@ class ClusterLink:
             if task.done():  # it finished as this caller was cancelled: keep what it opened
                 self._opening.pop(address, None)
                 if not task.cancelled() and task.exception() is None:
-                    self._keep(address, task.result())
+                    self._conns[address] = task.result()
+                    if self._closed:
+                        self._conns.pop(address).close()
             raise
         self._opening.pop(address, None)
         if self.closed:  # closed while it was opening
@@ -383,14 +385,6 @@ class ClusterLink:
             raise StoreError("cluster link is closed")
         self._conns[address] = conn
         return conn
-
-    def _keep(self, address: Address, conn: LeanConnection) -> None:
-        """Hold ``conn`` as the node's connection (closed at once when the link is)."""
-        held = self._conns.get(address)
-        if self._closed or (held is not None and held is not conn and not held.closed):
-            conn.close()
-        else:
-            self._conns[address] = conn
 
     async def _refresh(self) -> None:
         """Read the slot map again (once for every caller waiting on it)."""
