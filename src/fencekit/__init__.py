@@ -51,6 +51,7 @@ from fencekit.primitives.idempotency import AsyncIdempotencyGuard, IdempotencyGu
 from fencekit.primitives.lock import AsyncDistributedLock, DistributedLock
 from fencekit.primitives.tokens import BeginOutcome, FenceToken, LockHandle
 from fencekit.produce._enqueue import Enqueued
+from fencekit.produce.batch import Batch, BatchInfo, SyncBatch
 from fencekit.produce.client import Client
 from fencekit.produce.handle import DeadLetter, Queue, QueueStats, ScheduledTask
 from fencekit.produce.schedules import ScheduleInfo
@@ -87,6 +88,8 @@ __all__ = [  # noqa: RUF022 - grouped by topic
     "loads_json",
     # the job queue
     "App",
+    "Batch",
+    "BatchInfo",
     "Client",
     "DeadLetter",
     "Enqueued",
@@ -105,6 +108,7 @@ __all__ = [  # noqa: RUF022 - grouped by topic
     "ScheduledTask",
     "ScheduleInfo",
     "Server",
+    "SyncBatch",
     "SyncClient",
     "SyncQueue",
     "Task",

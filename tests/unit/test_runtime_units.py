@@ -109,7 +109,7 @@ def test_recorded_acks_travel_with_their_record_and_survive_a_failed_turn() -> N
     first = box.take(None, 0)
     call = first.calls[0]
     assert call.args[:5] == (0, 2, 1, 3, qk.done_channel)  # plain acks first, then the channel
-    assert call.args[5:] == (10, 2, "j2", b'"ok"', 5000, b"", "")  # keep_finished, then the record's six
+    assert call.args[5:] == (10, 2, "j2", b'"ok"', 5000, b"", "", "")  # keep_finished, the record's 7
     assert call.keys[5:] == (qk.finished, qk.job("j2"))
     assert first.tokens("a") == {1, 2, 3}
     box.restore(first)

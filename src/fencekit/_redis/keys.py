@@ -219,6 +219,10 @@ class QueueKeys:
         """``P:{Q}:rate:``: the bucket of operation ``op`` is it + ``op`` (built in the claim script)."""
         return self._job_base[: -len("job:")] + "rate:"
 
+    def notes(self) -> str:
+        """``P:{Q}:notes``: the batch children's notes the settles of this queue left (batches.md)."""
+        return self._job_base[: -len("job:")] + "notes"
+
     def job(self, jid: str) -> str:
         """The record of task ``jid``: its state, result or error, progress (``P:{Q}:job:<jid>``)."""
         return self._job_base + jid
@@ -308,6 +312,12 @@ class KeySpace:
             raise ConfigError(problem)
         base = f"{self.prefix}:{{b:{bid}}}:"
         return BatchKeys(bid=bid, meta=base + "batch", children=base + "children")
+
+    @property
+    def batches(self) -> str:
+        """``P:{batches}:index``: every batch not closed yet (ZSET bid -> created ms), for the
+        reconciler, the admin page and ``/metrics``."""
+        return f"{self.prefix}:{{batches}}:index"
 
     # registry -------------------------------------------------------------
     @property

@@ -89,6 +89,7 @@ class Outcomes:
             keep_ms,
             b"" if envelope.keep else raw,
             self.keys.queue(queue).unique(envelope.unique) if envelope.unique else "",
+            envelope.batch or "",
         )
         self.outbox.ack(queue, token, envelope.jid, ack)
 

@@ -179,7 +179,13 @@ class Performer(Outcomes):
             self._expired(queue, token, envelope)
             return
         job = Job(
-            envelope.jid, envelope.operation, envelope.attempt, envelope.params, token, self.sites[queue]
+            envelope.jid,
+            envelope.operation,
+            envelope.attempt,
+            envelope.params,
+            token,
+            self.sites[queue],
+            envelope.batch,
         )
         set_current(job)
         if self.observer is not None:

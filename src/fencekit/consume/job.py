@@ -93,10 +93,27 @@ class Job:
     first read.
     """
 
-    __slots__ = ("_attempt", "_delivery", "_jid", "_operation", "_params", "_refused", "_site", "_token")
+    __slots__ = (
+        "_attempt",
+        "_batch",
+        "_delivery",
+        "_jid",
+        "_operation",
+        "_params",
+        "_refused",
+        "_site",
+        "_token",
+    )
 
     def __init__(
-        self, jid: str, operation: str, attempt: int, params: dict[str, Any], delivery: int, site: JobSite
+        self,
+        jid: str,
+        operation: str,
+        attempt: int,
+        params: dict[str, Any],
+        delivery: int,
+        site: JobSite,
+        batch: str | None = None,
     ) -> None:
         self._jid = jid
         self._operation = operation
@@ -106,6 +123,7 @@ class Job:
         self._site = site
         self._token: FenceToken | None = None
         self._refused: str | None = None
+        self._batch = batch
 
     @property
     def jid(self) -> str:
@@ -127,6 +145,11 @@ class Job:
     @property
     def params(self) -> dict[str, Any]:
         return self._params
+
+    @property
+    def batch_id(self) -> str | None:
+        """The id of the batch this task is a child or a callback of (``client.batch``), else None."""
+        return self._batch
 
     @property
     def token(self) -> FenceToken:

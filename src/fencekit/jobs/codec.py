@@ -10,8 +10,9 @@ and, only when the task sets them, ``"timeout"`` (seconds the run may take),
 its finished record is kept: the task has a record), ``"unique"`` (its
 ``unique_key``) and ``"priority"`` (a non-default priority, placed right after ``"jid"`` so the
 Lua scripts read it with one anchored match: docs/guides/flow.md), ``"ckey"`` (its
-concurrency key, after ``"jid"`` and any ``"priority"``, for the same reason)
-and ``"trace"``
+concurrency key, after ``"jid"`` and any ``"priority"``, for the same reason),
+``"batch"`` (the id of the batch it is a child or a callback of, after those, for the
+same reason: docs/design/batches.md) and ``"trace"``
 (the W3C ``traceparent`` of the request that
 enqueued it, when hooks trace: :mod:`fencekit.hooks`), so a task that sets none of them is encoded and decoded
 exactly as before.
@@ -71,6 +72,7 @@ class Envelope(NamedTuple):
     trace: str | None = None
     priority: int = DEFAULT_PRIORITY
     ckey: str | None = None
+    batch: str | None = None
 
     def encode(self) -> bytes:
         return self.next_attempt(self.attempt)
@@ -91,6 +93,7 @@ class Envelope(NamedTuple):
             trace=self.trace,
             priority=self.priority,
             ckey=self.ckey,
+            batch=self.batch,
         )
 
 
@@ -191,14 +194,19 @@ def encode(
     trace: str | None = None,
     priority: int = DEFAULT_PRIORITY,
     ckey: str | None = None,
+    batch: str | None = None,
 ) -> bytes:
     """Encode an envelope (:func:`check_params` ran at enqueue, or at decode)."""
     data: dict[str, Any]
-    if ckey is not None:  # after the jid (and priority): the scripts' anchored match (lua/_prio.lua)
+    if ckey is not None or batch is not None:
+        # after the jid (and priority): the scripts' anchored matches (lua/_prio.lua, lua/_note.lua)
         head: dict[str, Any] = {"jid": jid}
         if priority != DEFAULT_PRIORITY:
             head["priority"] = priority
-        head["ckey"] = ckey
+        if ckey is not None:
+            head["ckey"] = ckey
+        if batch is not None:
+            head["batch"] = batch
         data = {
             **head,
             "queue": queue,
@@ -295,6 +303,9 @@ def decode(raw: bytes | str) -> Envelope:
     ckey = data.get("ckey")
     if ckey is not None and not is_ckey(ckey):
         raise PayloadError(f"field 'ckey' must be a concurrency key: {CKEY_RULE}")
+    batch = data.get("batch")
+    if batch is not None and not is_jid(batch):
+        raise PayloadError(f"field 'batch' must be a batch id: {JID_RULE}")
     return Envelope(
         jid,
         queue,
@@ -309,6 +320,7 @@ def decode(raw: bytes | str) -> Envelope:
         trace,
         priority,
         ckey,
+        batch,
     )
 
 

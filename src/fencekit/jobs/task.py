@@ -52,11 +52,13 @@ class Task:
         max_payload: int = codec.DEFAULT_MAX_PAYLOAD,
         keep_result: float = 0.0,
         trace: str | None = None,
+        batch: str | None = None,
     ) -> bytes:
         """Validate the task, fill in ``jid``, and return its encoded envelope.
 
         ``keep_result`` is the retention (seconds) when the task sets none;
-        ``trace`` a trace context to carry (:attr:`~fencekit.hooks.FenceKitHooks.trace_enqueue`).
+        ``trace`` a trace context to carry (:attr:`~fencekit.hooks.FenceKitHooks.trace_enqueue`);
+        ``batch`` the id of the batch it is a child or callback of (``client.batch``).
         """
         validate_queue(self.queue)
         if not isinstance(self.operation, str) or not self.operation:
@@ -95,6 +97,7 @@ class Task:
             trace=trace,
             priority=self.priority,
             ckey=self.concurrency_key,
+            batch=batch,
         )
         if len(raw) > max_payload:
             raise PayloadError(

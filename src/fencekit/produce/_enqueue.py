@@ -28,20 +28,26 @@ __all__ = ["EnqueuePlan", "Enqueued", "encode"]
 
 
 def encode(
-    tasks: Sequence[Task], *, max_payload: int, keep_result: float, hooks: FenceKitHooks | None = None
+    tasks: Sequence[Task],
+    *,
+    max_payload: int,
+    keep_result: float,
+    hooks: FenceKitHooks | None = None,
+    batch: str | None = None,
 ) -> list[bytes]:
-    """Validate and encode every task (all or nothing: the first bad one raises)."""
+    """Validate and encode every task (all or nothing: the first bad one raises); ``batch``: the
+    id of the batch they are children of."""
     envelopes: list[bytes] = []
     for task in tasks:
         if not isinstance(task, Task):
             raise PayloadError(f"enqueue takes Task objects, got {type(task).__name__}")
         if hooks is None:
-            envelopes.append(task.envelope(max_payload, keep_result))
+            envelopes.append(task.envelope(max_payload, keep_result, None, batch))
             continue
         if task.jid is None:
             task.jid = uuid7()  # the trace hook is told the jid
         trace = hooks.trace_of(task.queue, task.operation, task.jid) if is_jid(task.jid) else None
-        envelopes.append(task.envelope(max_payload, keep_result, trace))
+        envelopes.append(task.envelope(max_payload, keep_result, trace, batch))
     return envelopes
 
 

@@ -86,10 +86,11 @@ class Producer:
         if task.unique_key is None:
             raise ConfigError("enqueue_unique needs a Task with a unique_key")
 
-    def prepare(self, tasks: list[Task]) -> tuple[list[bytes], list[str]]:
-        """The tasks encoded (all or nothing; with the hooks' trace), the queue names not registered yet."""
+    def prepare(self, tasks: list[Task], batch: str | None = None) -> tuple[list[bytes], list[str]]:
+        """The tasks encoded (all or nothing; with the hooks' trace; children of ``batch``), the
+        queue names not registered yet."""
         envelopes = encode(
-            tasks, max_payload=self.max_payload, keep_result=self.keep_result, hooks=self.hooks
+            tasks, max_payload=self.max_payload, keep_result=self.keep_result, hooks=self.hooks, batch=batch
         )
         known = self._known_queues
         return envelopes, [q for q in dict.fromkeys(t.queue for t in tasks) if q not in known]
@@ -99,7 +100,9 @@ class Producer:
         yield from registering(self.keys, names)
         self._known_queues.update(names)
 
-    def enqueue_steps(self, tasks: list[Task], delay_ms: int) -> Steps[list[Enqueued]]:
+    def enqueue_steps(
+        self, tasks: list[Task], delay_ms: int, batch: str | None = None
+    ) -> Steps[list[Enqueued]]:
         """:meth:`prepare`, :meth:`register` the new names, then :class:`Send` (hooks told of each task).
 
         ``Client`` runs these three steps inline when it has no hooks (its hot path).
@@ -108,7 +111,7 @@ class Producer:
         envelopes: list[bytes] = []
         error: BaseException | None = None
         try:
-            envelopes, new = self.prepare(tasks)
+            envelopes, new = self.prepare(tasks, batch)
             if new:
                 yield from self.register(new)
             enqueued: list[Enqueued] = yield Send(tasks, envelopes, delay_ms)

@@ -31,29 +31,33 @@ import time
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import redis.asyncio
 from typing_extensions import Unpack
 
 from fencekit._redis.clients import aclose_client, async_client, watch_of
 from fencekit._redis.link import Link, open_link, wait_replicas
-from fencekit._redis.steps import Batch, adrive, arun_batch
+from fencekit._redis.steps import Batch, Steps, adrive, arun_batch
 from fencekit.errors import FenceKitError, StoreError
 from fencekit.hooks import FenceKitHooks
 from fencekit.jobs._registry import known_queues
 from fencekit.jobs.records import JobInfo
 from fencekit.jobs.task import Task
+from fencekit.produce import _batch_steps as batch_steps
 from fencekit.produce import _handle_steps as handle_steps
 from fencekit.produce._batching import Coalescer
 from fencekit.produce._enqueue import Enqueued
 from fencekit.produce._producer import Producer, Send, delay_ms, first_error
 from fencekit.produce._results import Pause, ResultWaiter, Subscribe, cancel_job, read_job, result_steps
+from fencekit.produce.batch import BatchInfo, BatchOpening
 from fencekit.produce.handle import Queue, QueueStats
 from fencekit.produce.schedules import ScheduleInfo, schedules_steps
 from fencekit.settings import ClientOptions, ClientSettings, resolve, resolve_connecting, table, with_url
 
 __all__ = ["READ_CONCURRENCY", "Client"]
+
+T = TypeVar("T")
 
 _Enqueue = tuple[list[Task], list[bytes], int]  # a Send's fields (a NamedTuple is slower to build per call)
 
@@ -280,6 +284,48 @@ class Client(Producer):
         cost grows with the queue's length.
         """
         return await cancel_job(self.redis, self.keys, jid, queue, self.settings["keep_finished"])
+
+    # batches (docs/guides/batches.md) ---------------------------------------
+
+    def batch(
+        self,
+        tasks: Iterable[Task] = (),
+        *,
+        on_complete: Task | None = None,
+        on_success: Task | None = None,
+        on_failure: Task | None = None,
+        keep: float | None = None,
+    ) -> BatchOpening:
+        """Enqueue ``tasks`` as one batch whose callbacks run exactly once.
+
+        ``await client.batch(...)`` returns the armed :class:`~fencekit.produce.batch.Batch`;
+        ``async with client.batch(...) as b:`` keeps it open for ``await b.add(task)``
+        and arms it when the block ends (a block that raises cancels it). ``on_complete``
+        runs once every child is final whatever the outcome, ``on_success`` once if
+        all succeeded, ``on_failure`` once if any failed for good. Each child is
+        counted once, by the settle of its current delivery. ``keep``: seconds the
+        finished batch stays readable (default a day). Children may live on any
+        queues; each keeps a record (an hour unless it says longer) and may not have
+        a ``unique_key``.
+        """
+        callbacks = {"complete": on_complete, "success": on_success, "failure": on_failure}
+        return BatchOpening(self, list(tasks), callbacks, keep=keep)
+
+    async def batch_info(self, bid: str) -> BatchInfo | None:
+        """Where batch ``bid`` is (:class:`~fencekit.jobs.batches.BatchInfo`), None when unknown."""
+        return await self._drive(batch_steps.info_steps(self.keys, bid))
+
+    async def batch_results(self, bid: str) -> dict[str, Any]:
+        """The results of batch ``bid``'s children that succeeded and still keep a record, by jid
+        (in jid order: enqueue order for generated jids)."""
+        return await self._drive(batch_steps.results_steps(self.keys, bid))
+
+    async def _drive(self, steps: Steps[T]) -> T:
+        return await adrive(self.redis, steps)
+
+    async def _drive_enqueuing(self, steps: Steps[T]) -> T:
+        """Steps that enqueue (a :class:`Send`) as well as read."""
+        return await adrive(self.redis, steps, self._enqueue_request)
 
     async def queues(self) -> list[str]:
         """Every queue name ever used with this prefix."""

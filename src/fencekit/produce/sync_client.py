@@ -52,11 +52,13 @@ from fencekit.hooks import FenceKitHooks
 from fencekit.jobs._registry import queue_names
 from fencekit.jobs.records import JobInfo
 from fencekit.jobs.task import Task
+from fencekit.produce import _batch_steps as batch_steps
 from fencekit.produce import _handle_steps as handle_steps
 from fencekit.produce._enqueue import Enqueued
 from fencekit.produce._handle_steps import QueueStats
 from fencekit.produce._producer import Producer, Send, delay_ms, first_error
 from fencekit.produce._results import SAFETY_REREAD, Pause, Subscribe, cancel_steps, job_steps, result_steps
+from fencekit.produce.batch import BatchInfo, SyncBatch
 from fencekit.produce.schedules import ScheduleInfo, schedules_steps
 from fencekit.produce.sync_handle import SyncQueue
 from fencekit.settings import ClientOptions, ClientSettings, resolve, resolve_connecting, with_url
@@ -164,6 +166,39 @@ class SyncClient(Producer):
     def cancel(self, jid: str, *, queue: str | None = None) -> bool:
         """Cancel task ``jid``: True if this call cancelled it, False if it had finished or is unknown."""
         return drive(self.redis, cancel_steps(self.keys, jid, queue, self.settings["keep_finished"]))
+
+    def batch(
+        self,
+        tasks: Iterable[Task],
+        *,
+        on_complete: Task | None = None,
+        on_success: Task | None = None,
+        on_failure: Task | None = None,
+        keep: float | None = None,
+    ) -> SyncBatch:
+        """:meth:`Client.batch <fencekit.produce.client.Client.batch>`: enqueue ``tasks`` as one
+        armed batch (every child given at once)."""
+        callbacks = {"complete": on_complete, "success": on_success, "failure": on_failure}
+        bid = drive(self.redis, batch_steps.begin_steps(self, callbacks, keep=keep))
+        keep_finished = self.settings["keep_finished"]
+        try:
+            jids = drive(self.redis, batch_steps.add_steps(self, bid, list(tasks)), self._enqueue_request)
+        except BaseException:
+            try:
+                drive(self.redis, batch_steps.cancel_steps(self.keys, bid, keep_finished))
+            except Exception as exc:  # the enqueue's error is the one raised
+                self.logger.warning("batch %s: cancelling after a failed enqueue failed too: %s", bid, exc)
+            raise
+        drive(self.redis, batch_steps.arm_steps(self.keys, bid))
+        return SyncBatch(self, bid, jids)
+
+    def batch_info(self, bid: str) -> BatchInfo | None:
+        """Where batch ``bid`` is, None when unknown."""
+        return drive(self.redis, batch_steps.info_steps(self.keys, bid))
+
+    def batch_results(self, bid: str) -> dict[str, Any]:
+        """The results of batch ``bid``'s children that succeeded and keep a record, by jid."""
+        return drive(self.redis, batch_steps.results_steps(self.keys, bid))
 
     def queues(self) -> list[str]:
         """Every queue name ever used with this prefix."""

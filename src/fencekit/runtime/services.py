@@ -1,6 +1,7 @@
 """The components that are not the hot path, assembled once for ``Server`` and the supervisor.
 
-Heartbeat, reaper, scheduler, history sampler, the periodic jobs' ticker (when a
+Heartbeat, reaper, scheduler, history sampler, the batches' note mover and
+reconciler (:mod:`fencekit.services._batches`), the periodic jobs' ticker (when a
 worker declares ``cron``/``every``) and web server are built here, from the
 settings and from a :class:`Placement` -- what the process that hosts them
 knows: which consumers it beats for and knows alive, the job durations it
@@ -44,6 +45,7 @@ from fencekit.hooks import FenceKitHooks
 from fencekit.jobs._registry import ConsumerRecord, register_queues
 from fencekit.jobs.histogram import DurationHistogram, QueueDurations
 from fencekit.jobs.worker import WorkerRegistry
+from fencekit.services._batches import BatchLoops
 from fencekit.services._heartbeat import Heartbeat
 from fencekit.services._reaper import Reaper
 from fencekit.services._sampler import HistorySampler
@@ -144,11 +146,13 @@ class Services:
         )
         self.scheduler = Scheduler(self.redis, keys, self.queues, logger)
         self.history = HistorySampler(self.redis, keys, self.queues, logger, placement.queue_durations)
+        self.batches = BatchLoops(self.redis, keys, self.queues, logger)
         self.loops: list[Loop] = [
             self.heartbeat.loop(),
             self.reaper.loop(),
             self.scheduler.loop(),
             self.history.loop(),
+            *self.batches.loops(),
         ]
         # A burst run drains what is there: it starts no new periodic runs (docs/guides/periodic.md).
         schedules = [] if settings.get("burst") else registry.schedules()

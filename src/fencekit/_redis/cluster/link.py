@@ -376,7 +376,7 @@ class ClusterLink:
                 self._opening.pop(address, None)
                 if not task.cancelled() and task.exception() is None:
                     self._conns[address] = task.result()
-                    if self._closed:
+                    if self.closed:
                         self._conns.pop(address).close()
             raise
         self._opening.pop(address, None)

@@ -21,8 +21,10 @@
 --   ARGV[3+p]  the done channel P:{Q}:done (one SPUBLISH of the recorded jids,
 --              space-separated)
 --   ARGV[4+p]  how many finished records the queue keeps
---   then 6 per recorded ack: token, jid, result (JSON), retention ms,
---   envelope ("" when the record exists already), unique key ("" for none)
+--   then 7 per recorded ack: token, jid, result (JSON), retention ms,
+--   envelope ("" when the record exists already), unique key ("" for none),
+--   batch id ("" for none: a batch child leaves its note "<bid> <jid> s" on
+--   P:{Q}:notes, derived from KEYS[4], as it becomes final; _note.lua)
 --
 -- Reply: { fenced, first, lost, env_1, ..., env_n }, or with a spec
 --        { fenced, first, lost, wait, env_1, ..., env_n }
@@ -94,7 +96,7 @@ if #KEYS > 6 then
   local index = {}
   local jids = {}
   for r = 1, #KEYS - 6 do
-    local at = 4 + plain + (r - 1) * 6
+    local at = 4 + plain + (r - 1) * 7
     local token = ARGV[at + 1]
     if (slotted and settled(token)) or (not slotted and redis.call('HDEL', KEYS[2], token) == 1) then
       acked = acked + 1
@@ -109,6 +111,9 @@ if #KEYS > 6 then
       redis.call('PEXPIRE', record, ARGV[at + 4])
       if ARGV[at + 6] ~= '' then
         expire_unique(ARGV[at + 6], tonumber(ARGV[at + 4]))
+      end
+      if ARGV[at + 7] ~= '' then
+        redis.call('LPUSH', string.sub(KEYS[4], 1, -6) .. 'notes', ARGV[at + 7] .. ' ' .. ARGV[at + 2] .. ' s')
       end
       index[#index + 1] = record
       jids[#jids + 1] = ARGV[at + 2]

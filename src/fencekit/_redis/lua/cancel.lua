@@ -18,6 +18,8 @@
 -- ARGV[4]  the done channel P:{Q}:done: the jid is published there once its
 --          record says "cancelled", so a waiting result() wakes
 --
+-- A batch child leaves its note "<bid> <jid> c" on P:{Q}:notes (_note.lua).
+--
 -- Reply: { cancelled, where }
 --   cancelled  1 when this call cancelled it, else 0
 --   where      "running", "scheduled" or "pending" (where it was), the final
@@ -27,6 +29,7 @@
 --!include _prio.lua
 --!include _wake.lua
 --!include _slots.lua
+--!include _note.lua
 local jid = ARGV[1]
 local state = redis.call('HGET', KEYS[1], 'state')
 if state and state ~= 'pending' and state ~= 'scheduled' then
@@ -37,8 +40,9 @@ local function mine(envelope)
   return string.sub(envelope, 1, #needle) == needle
 end
 
-local function cancelled(where, token)
+local function cancelled(where, envelope, token)
   redis.call('HINCRBY', KEYS[4], 'cancelled', 1)
+  note_final(KEYS[4], envelope, 'c')
   if state then
     local now = now_ms()
     local keep = tonumber(redis.call('HGET', KEYS[1], 'keep') or '1')
@@ -61,7 +65,7 @@ for i = 6, #KEYS do
       redis.call('HDEL', KEYS[i], entries[j])
       release_slot(queue_base(KEYS[2]), entries[j + 1], entries[j])
       redis.call('SPUBLISH', ARGV[2], jid .. ' ' .. entries[j])
-      return cancelled('running', entries[j])
+      return cancelled('running', entries[j + 1], entries[j])
     end
   end
 end
@@ -69,14 +73,14 @@ end
 local envelope = redis.call('HGET', KEYS[1], 'env')
 if envelope then
   if redis.call('ZREM', KEYS[3], envelope) == 1 then
-    return cancelled('scheduled')
+    return cancelled('scheduled', envelope)
   end
   if redis.call('LREM', prio_list(KEYS[2], prio_of(envelope)), 1, envelope) == 1 then
-    return cancelled('pending')
+    return cancelled('pending', envelope)
   end
   local key = ckey_of(envelope)
   if key and redis.call('LREM', queue_base(KEYS[2]) .. 'parked:' .. key, 1, envelope) == 1 then
-    return cancelled('pending')
+    return cancelled('pending', envelope)
   end
   return { 0, '' }
 end
@@ -85,7 +89,7 @@ local later = redis.call('ZRANGE', KEYS[3], 0, -1)
 for _, item in ipairs(later) do
   if mine(item) then
     redis.call('ZREM', KEYS[3], item)
-    return cancelled('scheduled')
+    return cancelled('scheduled', item)
   end
 end
 for _, list in ipairs(waiting_lists(KEYS[2])) do
@@ -95,7 +99,7 @@ for _, list in ipairs(waiting_lists(KEYS[2])) do
     for _, item in ipairs(items) do
       if mine(item) then
         redis.call('LREM', list, 1, item)
-        return cancelled('pending')
+        return cancelled('pending', item)
       end
     end
   end

@@ -15,6 +15,8 @@
 --          there once its record is final, so a waiting result() wakes
 -- ARGV[5]  the jid (with KEYS[3])
 --
+-- A batch child leaves its note "<bid> <jid> c" on P:{Q}:notes (_note.lua).
+--
 -- Reply: 1 when dropped.
 -- Error: "FENCED ..." when the token is no longer this consumer's delivery;
 --        counted as fenced_out, nothing else changes.
@@ -23,6 +25,7 @@
 --!include _prio.lua
 --!include _wake.lua
 --!include _slots.lua
+--!include _note.lua
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 if not raw or redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then
   redis.call('HINCRBY', KEYS[2], 'fenced_out', 1)
@@ -30,6 +33,7 @@ if not raw or redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then
 end
 release_slot(queue_base(KEYS[1]), raw, ARGV[1])
 redis.call('HINCRBY', KEYS[2], ARGV[2], 1)
+note_final(KEYS[2], raw, 'c')
 if KEYS[3] and redis.call('EXISTS', KEYS[3]) == 1 then
   local now = now_ms()
   local keep = tonumber(redis.call('HGET', KEYS[3], 'keep') or '0')

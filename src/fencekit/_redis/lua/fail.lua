@@ -26,6 +26,9 @@
 --          there once its record is final, so a waiting result() wakes
 -- ARGV[9]  the jid (with KEYS[5])
 --
+-- A batch child (its envelope names the batch) leaves its note "<bid> <jid> f"
+-- on P:{Q}:notes (_note.lua).
+--
 -- Reply: 1 when finished.
 -- Error: "FENCED ..." when the token is no longer this consumer's delivery;
 --        counted as fenced_out, nothing else changes.
@@ -34,6 +37,7 @@
 --!include _prio.lua
 --!include _wake.lua
 --!include _slots.lua
+--!include _note.lua
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 if not raw then
   redis.call('HINCRBY', KEYS[2], 'fenced_out', 1)
@@ -42,6 +46,7 @@ end
 redis.call('HDEL', KEYS[1], ARGV[1])
 release_slot(queue_base(KEYS[1]), raw, ARGV[1])
 redis.call('HINCRBY', KEYS[2], 'failed', 1)
+note_final(KEYS[2], raw, 'f')
 local now = now_ms()
 if ARGV[2] ~= '' then
   redis.call('HINCRBY', KEYS[2], 'dead', 1)

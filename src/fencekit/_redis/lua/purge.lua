@@ -6,8 +6,11 @@
 -- ARGV[1]  the record key prefix P:{Q}:job: (a record key is it + the jid, so it
 --          shares the queue's hash tag)
 --
+-- A batch child leaves its note "<bid> <jid> c" on P:{Q}:notes (_note.lua).
+--
 -- Reply: the number of tasks dropped.
 --!include _prio.lua
+--!include _note.lua
 local total = 0
 for _, list in ipairs(waiting_lists(KEYS[1])) do
 local n = redis.call('LLEN', list)
@@ -17,6 +20,7 @@ if n > 0 then
   for start = 0, n - 1, batch do
     local items = redis.call('LRANGE', list, start, start + batch - 1)
     for _, envelope in ipairs(items) do
+      note_final(KEYS[2], envelope, 'c')
       local jid = string.match(envelope, '^{"jid":"([^"\\]+)"')
       if jid and string.find(envelope, '"keep":', 1, true) then
         local unique = redis.call('HGET', ARGV[1] .. jid, 'unique')

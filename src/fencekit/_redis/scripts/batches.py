@@ -11,15 +11,26 @@ OUTCOMES = ("s", "f", "c")
 
 
 def batch_open(
-    *, meta: str, children: str, callbacks: bytes, armed: bool, parent: str, jids: Sequence[str]
+    *,
+    meta: str,
+    children: str,
+    callbacks: bytes,
+    armed: bool,
+    parent: str,
+    jids: Sequence[str],
+    queues: Sequence[str] = (),
+    keep_ms: int = 86_400_000,
 ) -> Call:
-    """Open a batch with ``jids`` registered; reply how many (``batch_open.lua``)."""
-    return call("batch_open", (meta, children), (callbacks, 1 if armed else 0, parent, *jids))
+    """Open a batch with ``jids`` (living in ``queues``) registered, readable ``keep_ms`` once
+    done; reply how many (``batch_open.lua``)."""
+    args = (callbacks, 1 if armed else 0, parent, " ".join(queues), keep_ms, *jids)
+    return call("batch_open", (meta, children), args)
 
 
-def batch_add(*, meta: str, children: str, jids: Sequence[str]) -> Call:
-    """Register more children of an open batch; reply how many were new (``batch_add.lua``)."""
-    return call("batch_add", (meta, children), tuple(jids))
+def batch_add(*, meta: str, children: str, jids: Sequence[str], queues: Sequence[str] = ()) -> Call:
+    """Register more children (living in ``queues``) of an open batch; reply how many were new
+    (``batch_add.lua``)."""
+    return call("batch_add", (meta, children), (" ".join(queues), *jids))
 
 
 def batch_arm(*, meta: str) -> Call:

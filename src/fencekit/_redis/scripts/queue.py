@@ -74,6 +74,7 @@ class RecordedAck(NamedTuple):
     keep_ms: int
     envelope: bytes  # b"" when the record exists already (written at enqueue)
     unique: str = ""  # the unique key the task holds, "" for none
+    batch: str = ""  # the batch the task is a child of, "" for none (its note rides the ack)
 
 
 def ack_claim(
@@ -102,7 +103,7 @@ def ack_claim(
         keys = (*keys, finished, *(r.record for r in recorded))
         extra: list[Arg] = [channel, keep_finished]
         for r in recorded:
-            extra += (r.token, r.jid, r.result, r.keep_ms, r.envelope, r.unique)
+            extra += (r.token, r.jid, r.result, r.keep_ms, r.envelope, r.unique, r.batch)
         args = (*args, *extra)
     return call("ack_claim", keys, args)
 
