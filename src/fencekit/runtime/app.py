@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any, Protocol, TypeVar, overload
 
 from typing_extensions import ParamSpec, Unpack
@@ -22,6 +22,7 @@ from typing_extensions import ParamSpec, Unpack
 from fencekit._redis.url import parse_url
 from fencekit.errors import ConfigError
 from fencekit.hooks import FenceKitHooks, check_hooks
+from fencekit.jobs.batches import BatchInfo
 from fencekit.jobs.functions import (
     DEFAULT_QUEUE,
     AsyncTaskFunction,
@@ -31,7 +32,9 @@ from fencekit.jobs.functions import (
     task_function,
 )
 from fencekit.jobs.records import JobInfo
+from fencekit.jobs.task import Task
 from fencekit.jobs.worker import WorkerOptions
+from fencekit.produce.batch import BatchOpening, SyncBatch
 from fencekit.produce.client import Client
 from fencekit.produce.sync_client import SyncClient
 from fencekit.runtime.hooks import Hook, check_hook
@@ -154,6 +157,43 @@ class App:
     async def cancel(self, jid: str, *, queue: str | None = None) -> bool:
         """:meth:`Client.cancel <fencekit.produce.client.Client.cancel>` on this app's Redis."""
         return await self.place.client().cancel(jid, queue=queue)
+
+    def batch(
+        self,
+        tasks: Iterable[Task] = (),
+        *,
+        on_complete: Task | None = None,
+        on_success: Task | None = None,
+        on_failure: Task | None = None,
+        keep: float | None = None,
+    ) -> BatchOpening:
+        """:meth:`Client.batch <fencekit.produce.client.Client.batch>` on this app's Redis:
+        ``await app.batch([analyse.build(g) for g in games], on_complete=report.build(user))``."""
+        return self.place.client().batch(
+            tasks, on_complete=on_complete, on_success=on_success, on_failure=on_failure, keep=keep
+        )
+
+    async def batch_info(self, bid: str) -> BatchInfo | None:
+        """:meth:`Client.batch_info <fencekit.produce.client.Client.batch_info>` on this app's Redis."""
+        return await self.place.client().batch_info(bid)
+
+    async def batch_results(self, bid: str) -> dict[str, Any]:
+        """:meth:`Client.batch_results <fencekit.produce.client.Client.batch_results>` on this app's Redis."""
+        return await self.place.client().batch_results(bid)
+
+    def batch_sync(
+        self,
+        tasks: Iterable[Task],
+        *,
+        on_complete: Task | None = None,
+        on_success: Task | None = None,
+        on_failure: Task | None = None,
+        keep: float | None = None,
+    ) -> SyncBatch:
+        """:meth:`batch` from synchronous code (the app's ``SyncClient``): the armed batch."""
+        return self.place.sync_client().batch(
+            tasks, on_complete=on_complete, on_success=on_success, on_failure=on_failure, keep=keep
+        )
 
     def job_sync(self, jid: str, *, queue: str | None = None) -> JobInfo | None:
         """:meth:`job` from synchronous code (the app's ``SyncClient``)."""
