@@ -1,0 +1,195 @@
+"""Batches under real faults: three pools (real forked processes) serve one batch of 3,000
+children while one pool is SIGKILLed and restarted and another is SIGSTOPped past its
+heartbeat TTL (its deliveries are reaped and run again elsewhere; its stale acks arrive when it
+resumes), 30 children failing for good. Every callback run is recorded outside Redis, in an
+append-only file per process: ``on_complete`` and ``on_failure`` run exactly once,
+``on_success`` never, and the counts are exact."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import os
+import signal
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import redis
+from tests.fault_helpers import PoolRunner
+
+from fencekit import Client, Task
+from fencekit._redis.keys import KeySpace
+from fencekit.jobs.batches import BatchState
+from fencekit.testing.cluster import LocalCluster
+
+pytestmark = pytest.mark.slow
+
+APP = textwrap.dedent(
+    """
+    import asyncio, os
+    from fencekit import current_job
+
+    RUNS = os.environ["TEST_RUNS_DIR"]
+    _f = None
+
+    def record(line):
+        global _f
+        if _f is None or _f[0] != os.getpid():
+            _f = (os.getpid(), open(os.path.join(RUNS, f"runs-{os.getpid()}.log"), "a", buffering=1))
+        _f[1].write(line + "\\n")
+
+    class Analyse:
+        queue = "bgames"
+        operation = "analyse"
+        retry_count = 2
+
+        @classmethod
+        async def perform(cls, payload):
+            job = current_job()
+            await asyncio.sleep(0.02)
+            record(f"child {job.jid} {job.batch_id}")
+            if payload.get("corrupt"):
+                raise RuntimeError("corrupt game")
+            return payload["n"]
+
+    def callback(kind):
+        class Callback:
+            queue = "breports"
+            operation = kind
+
+            @classmethod
+            async def perform(cls, payload):
+                record(f"callback {kind} {current_job().batch_id}")
+
+        return Callback
+
+    WORKERS = [Analyse, callback("complete"), callback("success"), callback("failure")]
+    """
+)
+
+
+def lines(runs: Path) -> list[str]:
+    out: list[str] = []
+    for path in runs.glob("runs-*.log"):
+        out += [line for line in path.read_text().splitlines() if line]
+    return out
+
+
+async def test_a_batch_over_three_pools_with_a_killed_and_a_paused_one_fires_each_callback_once(
+    tmp_path: Path, redis_url: str
+) -> None:
+    (tmp_path / "faultapp.py").write_text(APP)
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    args = ("--procs", "1", "--concurrency", "4", "--heartbeat-ttl", "2", "--grace", "1")
+    pools = [PoolRunner(tmp_path, redis_url, *args) for _ in range(3)]
+    try:
+        for pool in pools:
+            pool.wait_ready()
+        corrupt = set(range(0, 3000, 100))  # 30 children fail for good (3 runs each)
+        tasks = [Task("bgames", "analyse", {"n": n, "corrupt": n in corrupt}) for n in range(3000)]
+        async with Client(redis_url=redis_url) as client:
+            handle = await client.batch(
+                tasks,
+                on_complete=Task("breports", "complete", {}),
+                on_success=Task("breports", "success", {}),
+                on_failure=Task("breports", "failure", {}),
+            )
+            await asyncio.sleep(1.0)
+            killed = pools[0]
+            os.killpg(killed.proc.pid, signal.SIGKILL)  # supervisor and child, mid-batch
+            killed.proc.wait(10)
+            killed.stop()  # closes its log
+            pools[0] = PoolRunner(tmp_path, redis_url, *args)
+            paused = pools[1]
+            os.killpg(paused.proc.pid, signal.SIGSTOP)  # past its TTL: reaped, run elsewhere
+            await asyncio.sleep(4.0)
+            os.killpg(paused.proc.pid, signal.SIGCONT)  # its stale acks arrive now
+            info = await handle.wait(timeout=180)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and sum(1 for x in lines(runs) if x.startswith("callback")) < 2:
+                await asyncio.sleep(0.1)
+            await asyncio.sleep(2.0)  # a second run of a callback (a stale finisher, a reconciler) shows here
+            results = await client.batch_results(handle.bid)
+    finally:
+        outputs = []
+        for pool in pools:
+            pool.stop()
+            outputs.append(pool.output())
+    recorded = lines(runs)
+    callbacks = collections.Counter(x for x in recorded if x.startswith("callback"))
+    assert callbacks == {f"callback complete {handle.bid}": 1, f"callback failure {handle.bid}": 1}, (
+        callbacks,
+        outputs[1][-3000:],
+    )
+    assert (info.state, info.total, info.succeeded, info.failed, info.cancelled) == (
+        BatchState.DONE,
+        3000,
+        2970,
+        30,
+        0,
+    )
+    children = collections.Counter(x.split()[1] for x in recorded if x.startswith("child"))
+    assert set(children) == set(handle.jids)  # every child ran (some twice: reaped, or retried)
+    assert {x.split()[2] for x in recorded if x.startswith("child")} == {handle.bid}
+    assert len(results) == 2970
+    assert sorted(results.values()) == sorted(n for n in range(3000) if n not in corrupt)
+    assert "reaped consumer" in "".join(outputs), "the pause was not long enough to be reaped"
+    stats = redis.Redis.from_url(redis_url).hgetall("fencekit:{bgames}:stats")
+    assert int(stats.get(b"fenced_out", 0)) > 0  # the paused pool's late acks were refused
+
+
+async def test_on_a_cluster_a_failover_of_the_batch_s_primary_mid_batch_loses_no_count(
+    tmp_path: Path, server_binary: str
+) -> None:
+    """3 primaries with a replica each; the batch's bookkeeping lives on one of them (its own
+    slot), the children on another's; a graceful failover of the batch's primary mid-batch and a
+    SIGKILLed pool: the callbacks still run exactly once and the counts are exact."""
+    cluster = LocalCluster(tmp_path / "cluster", replicas=1, node_timeout_ms=1000, binary=server_binary)
+    cluster.start(timeout=60)
+    try:
+        url = cluster.url()
+        (tmp_path / "faultapp.py").write_text(APP)
+        runs = tmp_path / "runs"
+        runs.mkdir()
+        args = ("--procs", "1", "--concurrency", "4", "--heartbeat-ttl", "2", "--grace", "1")
+        pools = [PoolRunner(tmp_path, url, *args) for _ in range(2)]
+        try:
+            for pool in pools:
+                pool.wait_ready()
+            corrupt = set(range(0, 3000, 100))
+            tasks = [Task("bgames", "analyse", {"n": n, "corrupt": n in corrupt}) for n in range(3000)]
+            async with Client(redis_url=url) as client:
+                handle = await client.batch(
+                    tasks,
+                    on_complete=Task("breports", "complete", {}),
+                    on_success=Task("breports", "success", {}),
+                    on_failure=Task("breports", "failure", {}),
+                )
+                await asyncio.sleep(1.0)
+                batch_primary = cluster.owner(KeySpace().batch(handle.bid).meta)
+                cluster.failover(batch_primary)
+                os.killpg(pools[0].proc.pid, signal.SIGKILL)
+                pools[0].proc.wait(10)
+                pools[0].stop()
+                pools[0] = PoolRunner(tmp_path, url, *args)
+                info = await handle.wait(timeout=180)
+                deadline = time.monotonic() + 30
+                while (
+                    time.monotonic() < deadline
+                    and sum(1 for x in lines(runs) if x.startswith("callback")) < 2
+                ):
+                    await asyncio.sleep(0.1)
+                await asyncio.sleep(2.0)
+                results = await client.batch_results(handle.bid)
+        finally:
+            for pool in pools:
+                pool.stop()
+    finally:
+        cluster.cleanup()
+    callbacks = collections.Counter(x for x in lines(runs) if x.startswith("callback"))
+    assert callbacks == {f"callback complete {handle.bid}": 1, f"callback failure {handle.bid}": 1}
+    assert (info.total, info.succeeded, info.failed, info.cancelled) == (3000, 2970, 30, 0)
+    assert len(results) == 2970
