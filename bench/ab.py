@@ -8,6 +8,7 @@ medians, this ÷ other. Alternating rounds spread a shared machine's noise
 over both sides; compare the ratios, not the absolute figures.
 
     python -m bench.ab ../fencekit-main --rounds 3 --n 200000 [--op fenced] [--level INFO] [--case Server]
+        [--keep-result 3600]
 
 ``--op`` picks the job (``noop``, ``fenced``, ... of ``bench.apps``) and
 ``--level`` the pool's log level (WARNING by default; INFO logs each job's
@@ -32,9 +33,11 @@ from pathlib import Path
 from bench import fk
 from fencekit.testing import RedisServer
 n, procs, server, op, level = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4], sys.argv[5]
+keep = float(sys.argv[6]) if len(sys.argv) > 6 else 0.0
 async def run(url):
     result = await fk.drain(
-        url, Path(tempfile.mkdtemp()), n=n, procs=procs, conc=128, server=server, op=op, level=level
+        url, Path(tempfile.mkdtemp()), n=n, procs=procs, conc=128, server=server, op=op, level=level,
+        keep_result=keep,
     )
     return result["rate"]
 with RedisServer() as srv:
@@ -43,11 +46,11 @@ with RedisServer() as srv:
 
 
 def in_checkout(
-    root: Path, n: int, procs: int, server: bool, op: str = "noop", level: str = "WARNING"
+    root: Path, n: int, procs: int, server: bool, op: str = "noop", level: str = "WARNING", keep: float = 0.0
 ) -> float:
     """One drain run by ``root``'s own interpreter in ``root``; returns jobs/s."""
     python = root / ".venv" / "bin" / "python"
-    argv = [str(python), "-c", DRAIN, str(n), str(procs), "1" if server else "0", op, level]
+    argv = [str(python), "-c", DRAIN, str(n), str(procs), "1" if server else "0", op, level, str(keep)]
     out = subprocess.run(argv, cwd=root, check=True, capture_output=True, text=True, timeout=600)
     return float(out.stdout.strip().splitlines()[-1])
 
@@ -62,6 +65,9 @@ def main() -> None:
     )
     parser.add_argument("--level", default="WARNING", help="the pool's log level")
     parser.add_argument("--case", default="", help="only the cases whose label contains this (e.g. Server)")
+    parser.add_argument(
+        "--keep-result", type=float, default=0.0, help="seconds each task's record is kept (0: none)"
+    )
     args = parser.parse_args()
     cases = [case for case in CASES if args.case in case[0]]
     here = Path(__file__).resolve().parents[1]
@@ -70,7 +76,7 @@ def main() -> None:
     for _ in range(args.rounds):
         for side, root in sides.items():
             for label, procs, server in cases:
-                rate = in_checkout(root, args.n, procs, server, args.op, args.level)
+                rate = in_checkout(root, args.n, procs, server, args.op, args.level, args.keep_result)
                 figures.setdefault((side, label), []).append(rate)
                 print(f"{side:5} {label}: {rate:,.0f} jobs/s", file=sys.stderr, flush=True)
     print(f"| drain, {args.n:,} no-op tasks, -c 128 | other | this | this ÷ other (medians) |")

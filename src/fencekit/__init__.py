@@ -51,7 +51,7 @@ from fencekit.primitives.idempotency import AsyncIdempotencyGuard, IdempotencyGu
 from fencekit.primitives.lock import AsyncDistributedLock, DistributedLock
 from fencekit.primitives.tokens import BeginOutcome, FenceToken, LockHandle
 from fencekit.produce._enqueue import Enqueued
-from fencekit.produce.batch import Batch, BatchInfo, SyncBatch
+from fencekit.produce.batch import Batch, BatchInfo, Chain, SyncBatch
 from fencekit.produce.client import Client
 from fencekit.produce.handle import DeadLetter, Queue, QueueStats, ScheduledTask
 from fencekit.produce.schedules import ScheduleInfo
@@ -90,6 +90,7 @@ __all__ = [  # noqa: RUF022 - grouped by topic
     "App",
     "Batch",
     "BatchInfo",
+    "Chain",
     "Client",
     "DeadLetter",
     "Enqueued",

@@ -219,6 +219,10 @@ class QueueKeys:
         """``P:{Q}:rate:``: the bucket of operation ``op`` is it + ``op`` (built in the claim script)."""
         return self._job_base[: -len("job:")] + "rate:"
 
+    def waiting(self) -> str:
+        """``P:{Q}:waiting``: tasks held until their parents are final (``Task(depends_on=...)``)."""
+        return self._job_base[: -len("job:")] + "waiting"
+
     def notes(self) -> str:
         """``P:{Q}:notes``: the batch children's notes the settles of this queue left (batches.md)."""
         return self._job_base[: -len("job:")] + "notes"

@@ -6,13 +6,13 @@
     fencekit pool APP [options]                 the supervised pool (fencekit.pool.cli)
     fencekit upgrade-keys --from 0.6 [options]  carry 0.1-0.6 state (fencekit.upgrade.command)
     fencekit enqueue QUEUE OPERATION --params JSON | --file tasks.jsonl
-    fencekit queues | consumers | schedules | job JID | cancel JID
+    fencekit queues | consumers | schedules | job JID | batch BID | cancel JID
     fencekit purge QUEUE [--yes]
     fencekit dead-letters QUEUE [--revive ID | --revive-all | --purge]
     fencekit failed QUEUE [--retry JID | --retry-all | --show JID]
 
 The operator verbs are one module per group -- :mod:`~fencekit.cli.enqueue`,
-:mod:`~fencekit.cli.inspect` (reading: queues, consumers, job) and
+:mod:`~fencekit.cli.inspect` (reading: queues, consumers, schedules, job, batch) and
 :mod:`~fencekit.cli.manage` (changing: cancel, purge, dead letters,
 failures) -- over :mod:`~fencekit.cli.base` (settings flags derived from
 :mod:`fencekit.settings`, one ``Client``, ``asyncio.run``, exit codes) and

@@ -1,11 +1,12 @@
-"""``fencekit queues``, ``consumers``, ``schedules``, ``job JID``: reading, never writing.
+"""``fencekit queues``, ``consumers``, ``schedules``, ``job JID``, ``batch BID``: reading, never writing.
 
 ``schedules`` lists the periodic schedules (``client.schedules()``).
 ``queues`` and ``consumers`` read what the admin page reads, through the
 same :class:`~fencekit.web.source.AdminSource` (three pipelined round trips;
 consumers' beat ages measured on Redis's clock), so the command line and
 ``/admin`` can never disagree. ``job`` reads one task's record as
-``Client.job`` does. The JSON shapes are listed in ``docs/reference/cli.md``.
+``Client.job`` does, ``batch`` one batch as ``Client.batch_info`` does. The
+JSON shapes are listed in ``docs/reference/cli.md``.
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ from typing import Any
 
 from fencekit.cli.base import Context, Exit, Verb
 from fencekit.cli.output import age, when
+from fencekit.jobs.batches import BatchInfo
 from fencekit.jobs.records import JobInfo
 from fencekit.produce.handle import QueueStats
 from fencekit.produce.schedules import ScheduleInfo
 from fencekit.web._views import ConsumerView, QueueView
 from fencekit.web.source import AdminSource
 
-__all__ = ["VERBS", "job_dict"]
+__all__ = ["VERBS", "batch_dict", "job_dict"]
 
 STAT_FIELDS = tuple(f.name for f in fields(QueueStats))
 SHOWN_FIELDS = ("processed", "failed", "retried", "fenced_out", "dead")
@@ -204,6 +206,7 @@ def job_dict(info: JobInfo) -> dict[str, Any]:
         "error": asdict(info.error) if info.error is not None else None,
         "params": info.params,
         "runs": [asdict(run) for run in info.runs],
+        "batch": info.batch,
     }
 
 
@@ -230,6 +233,8 @@ def print_job(ctx: Context, info: JobInfo) -> None:
         ("progress", f"{progress.fraction:.0%} {progress.message}".rstrip() if progress else "-"),
         ("params", _compact(info.params)),
     ]
+    if info.batch is not None:
+        lines.insert(3, ("batch", info.batch))
     if info.result is not None or info.status.value == "done":
         lines.append(("result", _compact(info.result)))
     if info.error is not None:
@@ -261,6 +266,72 @@ async def _job(ctx: Context, args: argparse.Namespace) -> int:
     return Exit.OK
 
 
+# batch ----------------------------------------------------------------------------------
+
+
+def batch_dict(info: BatchInfo) -> dict[str, Any]:
+    """A batch in ``fencekit batch --json`` (times in Unix seconds)."""
+    return {
+        "bid": info.bid,
+        "state": info.state.value,
+        "done": info.done,
+        "total": info.total,
+        "pending": info.pending,
+        "running": info.running,
+        "succeeded": info.succeeded,
+        "failed": info.failed,
+        "cancelled": info.cancelled,
+        "created_at": info.created_at.timestamp(),
+        "finished_at": info.finished_at.timestamp() if info.finished_at is not None else None,
+        "parent": info.parent,
+        "callbacks": dict(info.callbacks),
+    }
+
+
+def _batch_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("bid", metavar="BID", help="the batch's id (Batch.bid)")
+
+
+def print_batch(ctx: Context, info: BatchInfo) -> None:
+    """The human form of a batch: one field a line, then its callbacks by kind."""
+    final = info.succeeded + info.failed + info.cancelled
+    share = f" ({final / info.total:.0%})" if info.total else ""
+    lines = [
+        ("bid", info.bid),
+        ("state", info.state.value),
+        ("total", str(info.total)),
+        ("final", f"{final} of {info.total}{share}"),
+        ("pending", str(info.pending)),
+        ("running", str(info.running)),
+        ("succeeded", str(info.succeeded)),
+        ("failed", str(info.failed)),
+        ("cancelled", str(info.cancelled)),
+        ("created", when(info.created_at.timestamp())),
+        ("finished", when(info.finished_at.timestamp() if info.finished_at is not None else None)),
+        ("parent", info.parent or "-"),
+    ]
+    for name, value in lines:
+        ctx.out.line(f"{name:<10} {value}")
+    if not info.callbacks:
+        ctx.out.line(f"{'callbacks':<10} -")
+    for kind, jid in sorted(info.callbacks.items()):
+        ctx.out.line(f"{'on_' + kind:<10} {jid}")
+
+
+async def _batch(ctx: Context, args: argparse.Namespace) -> int:
+    info = await ctx.client.batch_info(args.bid)
+    if info is None:
+        if ctx.out.as_json:
+            ctx.out.json({"bid": args.bid, "found": False})
+        ctx.out.error(f"no batch {args.bid} (it finished longer ago than it is kept, or the id is wrong)")
+        return Exit.NOT_DONE
+    if ctx.out.as_json:
+        ctx.out.json({"found": True, **batch_dict(info)})
+    else:
+        print_batch(ctx, info)
+    return Exit.OK
+
+
 VERBS = (
     Verb(
         "queues",
@@ -287,5 +358,11 @@ VERBS = (
         "One task's record: status, attempt, token, times, progress, result or error, params.",
         _job_arguments,
         _job,
+    ),
+    Verb(
+        "batch",
+        "One batch: state, its children by state (pending, running, succeeded ...), times, callbacks.",
+        _batch_arguments,
+        _batch,
     ),
 )

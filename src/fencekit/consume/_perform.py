@@ -186,6 +186,7 @@ class Performer(Outcomes):
             token,
             self.sites[queue],
             envelope.batch,
+            envelope.parents,
         )
         set_current(job)
         if self.observer is not None:

@@ -100,6 +100,7 @@ class Job:
         "_jid",
         "_operation",
         "_params",
+        "_parents",
         "_refused",
         "_site",
         "_token",
@@ -114,6 +115,7 @@ class Job:
         delivery: int,
         site: JobSite,
         batch: str | None = None,
+        parents: dict[str, Any] | None = None,
     ) -> None:
         self._jid = jid
         self._operation = operation
@@ -124,6 +126,7 @@ class Job:
         self._token: FenceToken | None = None
         self._refused: str | None = None
         self._batch = batch
+        self._parents = parents
 
     @property
     def jid(self) -> str:
@@ -150,6 +153,13 @@ class Job:
     def batch_id(self) -> str | None:
         """The id of the batch this task is a child or a callback of (``client.batch``), else None."""
         return self._batch
+
+    @property
+    def parent_results(self) -> dict[str, Any]:
+        """The results of the tasks this one depended on (``Task(depends_on=...)``), by jid;
+        empty for a task without parents. A parent that failed (``on_parent_failure="run"``)
+        or kept no result is absent."""
+        return self._parents or {}
 
     @property
     def token(self) -> FenceToken:

@@ -12,7 +12,8 @@ its finished record is kept: the task has a record), ``"unique"`` (its
 Lua scripts read it with one anchored match: docs/guides/flow.md), ``"ckey"`` (its
 concurrency key, after ``"jid"`` and any ``"priority"``, for the same reason),
 ``"batch"`` (the id of the batch it is a child or a callback of, after those, for the
-same reason: docs/design/batches.md) and ``"trace"``
+same reason: docs/design/batches.md), ``"parents"`` (the results of the tasks it
+depended on, by jid, added as it is released: ``Task(depends_on=...)``) and ``"trace"``
 (the W3C ``traceparent`` of the request that
 enqueued it, when hooks trace: :mod:`fencekit.hooks`), so a task that sets none of them is encoded and decoded
 exactly as before.
@@ -73,6 +74,7 @@ class Envelope(NamedTuple):
     priority: int = DEFAULT_PRIORITY
     ckey: str | None = None
     batch: str | None = None
+    parents: dict[str, Any] | None = None
 
     def encode(self) -> bytes:
         return self.next_attempt(self.attempt)
@@ -94,6 +96,7 @@ class Envelope(NamedTuple):
             priority=self.priority,
             ckey=self.ckey,
             batch=self.batch,
+            parents=self.parents,
         )
 
 
@@ -195,6 +198,7 @@ def encode(
     priority: int = DEFAULT_PRIORITY,
     ckey: str | None = None,
     batch: str | None = None,
+    parents: dict[str, Any] | None = None,
 ) -> bytes:
     """Encode an envelope (:func:`check_params` ran at enqueue, or at decode)."""
     data: dict[str, Any]
@@ -244,6 +248,8 @@ def encode(
         data["unique"] = unique
     if trace is not None:
         data["trace"] = trace
+    if parents is not None:
+        data["parents"] = parents
     try:
         return orjson.dumps(data)
     except TypeError as exc:
@@ -306,6 +312,9 @@ def decode(raw: bytes | str) -> Envelope:
     batch = data.get("batch")
     if batch is not None and not is_jid(batch):
         raise PayloadError(f"field 'batch' must be a batch id: {JID_RULE}")
+    parents = data.get("parents")
+    if parents is not None and not isinstance(parents, dict):
+        raise PayloadError("field 'parents' must be an object of the parents' results by jid")
     return Envelope(
         jid,
         queue,
@@ -321,6 +330,7 @@ def decode(raw: bytes | str) -> Envelope:
         priority,
         ckey,
         batch,
+        parents,
     )
 
 

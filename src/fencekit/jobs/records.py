@@ -40,6 +40,8 @@ class JobStatus(str, enum.Enum):
 
     PENDING = "pending"
     SCHEDULED = "scheduled"
+    WAITING = "waiting"
+    """Held until its parents succeed (``Task(depends_on=...)``)."""
     RUNNING = "running"
     DONE = "done"
     FAILED = "failed"
@@ -129,6 +131,8 @@ class JobInfo:
     """The token of the delivery that finished it, or that runs it now."""
     runs: tuple[Run, ...] = ()
     """Its runs that ended while it had a record, oldest first (the newest 50)."""
+    batch: str | None = None
+    """The id of the batch it is a child or a callback of (its envelope's ``batch``), else None."""
 
 
 def encode_error(error: JobError) -> bytes:
@@ -277,4 +281,5 @@ def parse(jid: str, queue: str, reply: Sequence[Any], now_ms: float | None = Non
             codec.run_number(envelope.attempt) if envelope else 0,
             _done_run(fields, status, token),
         ),
+        batch=envelope.batch if envelope else None,
     )

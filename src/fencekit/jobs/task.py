@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -31,7 +32,10 @@ class Task:
     default 0) orders claiming within the queue: higher first, FIFO within one
     priority (docs/guides/flow.md). ``concurrency_key`` counts the task against that
     key's ``max_concurrency`` of its worker (a task function's ``build`` sets
-    it from the worker's ``concurrency_key`` function).
+    it from the worker's ``concurrency_key`` function). ``depends_on`` (jids of
+    tasks that keep a record) holds the task, status ``waiting``, until every
+    parent succeeded; a parent that fails for good or is cancelled cancels it
+    unless ``on_parent_failure="run"`` (docs/guides/batches.md).
     """
 
     queue: str
@@ -46,6 +50,8 @@ class Task:
     unique_for: float | timedelta | None = None
     priority: int = codec.DEFAULT_PRIORITY
     concurrency_key: str | None = None
+    depends_on: Sequence[str] | None = None
+    on_parent_failure: str = "cancel"
 
     def envelope(
         self,
@@ -82,6 +88,8 @@ class Task:
         if self.unique_key is not None:
             _check_unique(self.unique_key)
             self.unique_ms()
+        if self.depends_on is not None:
+            self.parents()
         now_ms = time.time_ns() // 1_000_000
         raw = codec.encode(
             self.jid,
@@ -104,6 +112,24 @@ class Task:
                 f"task {self.jid} is {len(raw)} bytes encoded, above max_payload={max_payload}"
             )
         return raw
+
+    def parents(self) -> list[str]:
+        """The checked ``depends_on`` jids (PayloadError for a bad one, a repeat or a cycle)."""
+        if self.on_parent_failure not in ("cancel", "run"):
+            raise PayloadError(f'on_parent_failure must be "cancel" or "run", got {self.on_parent_failure!r}')
+        if self.depends_on is None:
+            return []
+        if isinstance(self.depends_on, str) or not isinstance(self.depends_on, Sequence):
+            raise PayloadError(f"depends_on must be a list of jids, got {self.depends_on!r}")
+        parents = list(self.depends_on)
+        for jid in parents:
+            if (problem := jid_error(jid, "depends_on")) is not None:
+                raise PayloadError(problem)
+        if len(set(parents)) != len(parents):
+            raise PayloadError(f"depends_on names a parent twice: {parents}")
+        if self.jid is not None and self.jid in parents:
+            raise PayloadError(f"task {self.jid} depends on itself (a cycle)")
+        return parents
 
     def unique_ms(self) -> int:
         """How long ``unique_key`` dedupes at most, in ms (0: while its task lives)."""

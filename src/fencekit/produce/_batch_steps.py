@@ -43,6 +43,7 @@ from fencekit.jobs.batches import (
     parse_meta,
 )
 from fencekit.jobs.task import Task
+from fencekit.produce._dep_steps import enqueue_any_steps
 from fencekit.produce._enqueue import Enqueued
 from fencekit.produce._producer import Producer
 
@@ -130,7 +131,7 @@ def add_steps(producer: Producer, bid: str, tasks: Sequence[Task], delay_ms: int
     queues = list(dict.fromkeys(t.queue for t in children))
     yield Batch((scripts.batch_add(meta=bk.meta, children=bk.children, jids=jids, queues=queues),))
     try:
-        enqueued: list[Enqueued] = yield from producer.enqueue_steps(children, delay_ms, batch=bid)
+        enqueued: list[Enqueued] = yield from enqueue_any_steps(producer, children, delay_ms, batch=bid)
     except BaseException:
         yield from _abandon(keys, bid, children, producer.settings["keep_finished"])
         raise

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from fencekit.produce.client import Client
     from fencekit.produce.sync_client import SyncClient
 
-__all__ = ["Batch", "BatchInfo", "BatchOpening", "SyncBatch"]
+__all__ = ["Batch", "BatchInfo", "BatchOpening", "Chain", "SyncBatch"]
 
 
 class Batch:
@@ -153,6 +153,30 @@ class BatchOpening:
             await _quietly(self._client, self._batch.cancel())
             return
         await self._batch._arm()
+
+
+class Chain:
+    """Tasks that run one after the other (get one from ``client.chain``)."""
+
+    def __init__(self, client: Client, jids: list[str], queues: list[str]) -> None:
+        self._client = client
+        self.jids = jids
+        """The links' jids, first to last."""
+        self._queues = queues
+
+    def __repr__(self) -> str:
+        return f"Chain(jids={self.jids!r})"
+
+    async def result(self, timeout: float | None = None) -> Any:
+        """The last link's result (its errors: ``JobFailed``, ``JobCancelled`` naming the parent)."""
+        return await self._client.result(self.jids[-1], timeout=timeout, queue=self._queues[-1])
+
+    async def cancel(self) -> int:
+        """Cancel every link not finished yet; how many this cancelled."""
+        cancelled = 0
+        for jid, queue in zip(self.jids, self._queues, strict=True):
+            cancelled += await self._client.cancel(jid, queue=queue)
+        return cancelled
 
 
 class SyncBatch:

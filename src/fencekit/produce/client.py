@@ -45,12 +45,13 @@ from fencekit.jobs._registry import known_queues
 from fencekit.jobs.records import JobInfo
 from fencekit.jobs.task import Task
 from fencekit.produce import _batch_steps as batch_steps
+from fencekit.produce import _dep_steps as dep_steps
 from fencekit.produce import _handle_steps as handle_steps
 from fencekit.produce._batching import Coalescer
 from fencekit.produce._enqueue import Enqueued
 from fencekit.produce._producer import Producer, Send, delay_ms, first_error
 from fencekit.produce._results import Pause, ResultWaiter, Subscribe, cancel_job, read_job, result_steps
-from fencekit.produce.batch import BatchInfo, BatchOpening
+from fencekit.produce.batch import BatchInfo, BatchOpening, Chain
 from fencekit.produce.handle import Queue, QueueStats
 from fencekit.produce.schedules import ScheduleInfo, schedules_steps
 from fencekit.settings import ClientOptions, ClientSettings, resolve, resolve_connecting, table, with_url
@@ -171,6 +172,9 @@ class Client(Producer):
     async def _enqueue(self, tasks: list[Task], delay_ms: int) -> list[Enqueued]:
         if not tasks:
             return []
+        for task in tasks:
+            if task.depends_on is not None:  # held for its parents (docs/guides/batches.md)
+                return await self._drive_enqueuing(dep_steps.enqueue_any_steps(self, tasks, delay_ms))
         if self.hooks is not None:  # the steps' finally tells the hooks, also of a failure
             return await adrive(self.redis, self.enqueue_steps(tasks, delay_ms), self._enqueue_request)
         # The hot path: the three steps of Producer.enqueue_steps, inline (no generator per call).
@@ -310,6 +314,14 @@ class Client(Producer):
         """
         callbacks = {"complete": on_complete, "success": on_success, "failure": on_failure}
         return BatchOpening(self, list(tasks), callbacks, keep=keep)
+
+    async def chain(self, tasks: Iterable[Task]) -> Chain:
+        """Enqueue ``tasks`` so that each starts once the one before succeeded (it reads that
+        one's result in ``current_job().parent_results``); a link that fails for good or is
+        cancelled cancels the rest. Returns the :class:`~fencekit.produce.batch.Chain`."""
+        tasks = list(tasks)
+        jids = await self._drive_enqueuing(dep_steps.chain_steps(self, tasks))
+        return Chain(self, jids, [t.queue for t in tasks])
 
     async def batch_info(self, bid: str) -> BatchInfo | None:
         """Where batch ``bid`` is (:class:`~fencekit.jobs.batches.BatchInfo`), None when unknown."""

@@ -53,6 +53,7 @@ from fencekit.jobs._registry import queue_names
 from fencekit.jobs.records import JobInfo
 from fencekit.jobs.task import Task
 from fencekit.produce import _batch_steps as batch_steps
+from fencekit.produce import _dep_steps as dep_steps
 from fencekit.produce import _handle_steps as handle_steps
 from fencekit.produce._enqueue import Enqueued
 from fencekit.produce._handle_steps import QueueStats
@@ -133,6 +134,8 @@ class SyncClient(Producer):
     def _enqueue(self, tasks: list[Task], delay: int) -> list[Enqueued]:
         if not tasks:
             return []
+        if any(task.depends_on is not None for task in tasks):  # held for their parents
+            return drive(self.redis, dep_steps.enqueue_any_steps(self, tasks, delay), self._enqueue_request)
         return drive(self.redis, self.enqueue_steps(tasks, delay), self._enqueue_request)
 
     def _enqueue_request(self, request: Batch | Send) -> Any:
@@ -191,6 +194,11 @@ class SyncClient(Producer):
             raise
         drive(self.redis, batch_steps.arm_steps(self.keys, bid))
         return SyncBatch(self, bid, jids)
+
+    def chain(self, tasks: Iterable[Task]) -> list[str]:
+        """:meth:`Client.chain <fencekit.produce.client.Client.chain>`: each task starts once the
+        one before succeeded; their jids."""
+        return drive(self.redis, dep_steps.chain_steps(self, list(tasks)), self._enqueue_request)
 
     def batch_info(self, bid: str) -> BatchInfo | None:
         """Where batch ``bid`` is, None when unknown."""

@@ -1,7 +1,8 @@
 """The components that are not the hot path, assembled once for ``Server`` and the supervisor.
 
 Heartbeat, reaper, scheduler, history sampler, the batches' note mover and
-reconciler (:mod:`fencekit.services._batches`), the periodic jobs' ticker (when a
+reconciler (:mod:`fencekit.services._batches`), the dependency loop
+(:mod:`fencekit.services._deps`), the periodic jobs' ticker (when a
 worker declares ``cron``/``every``) and web server are built here, from the
 settings and from a :class:`Placement` -- what the process that hosts them
 knows: which consumers it beats for and knows alive, the job durations it
@@ -46,6 +47,7 @@ from fencekit.jobs._registry import ConsumerRecord, register_queues
 from fencekit.jobs.histogram import DurationHistogram, QueueDurations
 from fencekit.jobs.worker import WorkerRegistry
 from fencekit.services._batches import BatchLoops
+from fencekit.services._deps import DependencyLoop
 from fencekit.services._heartbeat import Heartbeat
 from fencekit.services._reaper import Reaper
 from fencekit.services._sampler import HistorySampler
@@ -54,7 +56,7 @@ from fencekit.services._ticker import Ticker
 
 if TYPE_CHECKING:
     from fencekit.web._serve import WebServer
-    from fencekit.web._views import LoopView
+    from fencekit.web._views import BatchCounts, LoopView
     from fencekit.web.source import ChildView
 
 __all__ = ["GRACE_MARGIN", "STOP_STEP", "Placement", "Services"]
@@ -147,12 +149,20 @@ class Services:
         self.scheduler = Scheduler(self.redis, keys, self.queues, logger)
         self.history = HistorySampler(self.redis, keys, self.queues, logger, placement.queue_durations)
         self.batches = BatchLoops(self.redis, keys, self.queues, logger)
+        self.dependencies = DependencyLoop(
+            self.redis,
+            keys,
+            logger,
+            max_payload=settings["max_payload"],
+            keep_finished=settings["keep_finished"],
+        )
         self.loops: list[Loop] = [
             self.heartbeat.loop(),
             self.reaper.loop(),
             self.scheduler.loop(),
             self.history.loop(),
             *self.batches.loops(),
+            self.dependencies.loop(),
         ]
         # A burst run drains what is there: it starts no new periodic runs (docs/guides/periodic.md).
         schedules = [] if settings.get("burst") else registry.schedules()
@@ -220,6 +230,7 @@ class Services:
             children=self.placement.children_view,
             durations=self.placement.durations,
             loops=self.loop_health,
+            batches=self.batch_counts,
             target=self.target,
             heartbeat_ttl=self.settings["heartbeat_ttl"],
             logger=self.logger,
@@ -263,6 +274,12 @@ class Services:
             LoopView(loop.name, loop.runs, loop.errors, not task.done())
             for loop, task in zip(self.loops, self._tasks)
         )
+
+    def batch_counts(self) -> BatchCounts:
+        """What the batch loops did: notes applied, batches finished, notes dropped (for /metrics)."""
+        from fencekit.web._views import BatchCounts
+
+        return BatchCounts(self.batches.applied, self.batches.finished, self.batches.malformed)
 
     async def close(self) -> None:
         """Stop the loops and the web server and close Redis, each step within :data:`STOP_STEP`."""

@@ -17,6 +17,8 @@ Routes (relative to where the app is mounted)::
     GET  /admin/history   charts of ?queue=NAME (default: all) over ?window=1h|24h|48h|90d
     GET  /admin/api/history  the same numbers as JSON (&per_queue=1: each queue's too)
     GET  /admin/job       one task's page (?jid=...)
+    GET  /admin/batch/BID one batch's page: progress, children by state, callbacks
+    POST /admin/cancel-batch  cancel a batch's children not final  (form: bid, csrf)
     GET  /admin/purge     confirmation page for purging ?queue=NAME
     POST /admin/purge     purge a queue              (form: queue, csrf, confirm=yes)
     POST /admin/revive    re-enqueue a dead letter   (form: queue, id, csrf)
@@ -49,7 +51,8 @@ drawn as inline SVG by :mod:`~fencekit.web._charts` from what
 :mod:`~fencekit.web._graphs` picks out of the history),
 :mod:`~fencekit.web._metrics` (the Prometheus collector),
 :mod:`~fencekit.web.source` (the one reader of Redis; :mod:`~fencekit.web._views`
-the values it returns) and :mod:`~fencekit.web._serve` (uvicorn in the host's
+the values it returns; :mod:`~fencekit.web._batch_view` what a batch's page shows,
+:mod:`~fencekit.web._batch_pages` its handlers) and :mod:`~fencekit.web._serve` (uvicorn in the host's
 event loop). A ``Server`` or a pool builds its web server in
 :meth:`fencekit.runtime.services.Services.start_web`.
 """

@@ -44,6 +44,10 @@ def notice(request: Request) -> str | None:
     n = int(count) if count.isdigit() else 0
     if done == "purged":
         return f"Queue purged: {n} pending task(s) dropped."
+    if done == "batch-cancelled":
+        if not n:
+            return "Nothing to cancel: every child of the batch was final already."
+        return f"Batch cancelled: {n} child task(s) that were not final stopped; the batch completes."
     action = params.get("action", "")
     if done == "bulk" and action in BULK_DONE:
         of = params.get("of", "")

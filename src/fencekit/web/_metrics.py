@@ -3,9 +3,10 @@
 Counters and gauges per queue, the consumers with a fresh heartbeat, the
 p50/p95 and depth of each queue's newest complete minute of history (over
 every host: what a per-host histogram cannot give), the job-duration
-histogram of this process, its periodic loops (unexpected
-errors survived, alive) and, under a pool, its children (restarts, uptime,
-seconds a stalled loop has been silent).
+histogram of this process, its periodic loops (unexpected errors survived,
+alive), the batches not finished yet (every host's), what this process's batch
+loops did (notes applied, batches finished) and, under a pool, its children
+(restarts, uptime, seconds a stalled loop has been silent).
 ``fencekit_redis_up`` is 0 when Redis did not answer the scrape; the
 histogram and the children, which do not live in Redis, are still reported.
 """
@@ -26,7 +27,7 @@ from prometheus_client.core import (
 
 from fencekit.errors import StoreError
 from fencekit.jobs.history import HistoryBucket
-from fencekit.web.source import AdminSource, ChildView, DurationHistogram, LoopView, Snapshot
+from fencekit.web.source import AdminSource, BatchCounts, ChildView, DurationHistogram, LoopView, Snapshot
 
 __all__ = ["Collector", "Metrics", "Reading", "read"]
 
@@ -41,17 +42,25 @@ class Reading:
     loops: tuple[LoopView, ...] = ()
     last_minute: Mapping[str, HistoryBucket] = field(default_factory=dict)
     """Per queue, the newest complete minute of its history (every host's jobs)."""
+    open_batches: int | None = None
+    """Batches not finished yet (None: Redis did not answer)."""
+    batches: BatchCounts | None = None
+    """What this process's batch loops did (None: it runs none)."""
 
 
 async def read(source: AdminSource) -> Reading:
     """Read ``source`` for one scrape, falling back to what lives outside Redis."""
+    batches = source.batch_counts()
     try:
         snap = await source.snapshot()
         last_minute = await source.last_minute()
+        open_batches = await source.open_batches()
     except StoreError as exc:
         source.logger.warning("metrics: Redis unavailable: %s", exc)
-        return Reading(None, source.pool_children(), source.durations, source.loop_health())
-    return Reading(snap, snap.children, snap.durations, source.loop_health(), last_minute)
+        return Reading(None, source.pool_children(), source.durations, source.loop_health(), batches=batches)
+    return Reading(
+        snap, snap.children, snap.durations, source.loop_health(), last_minute, open_batches, batches
+    )
 
 
 _COUNTERS = (
@@ -119,6 +128,7 @@ class Collector:
         yield _histogram(reading.durations)
         if reading.loops:
             yield from _loop_metrics(reading.loops)
+        yield from _batch_metrics(reading.open_batches, reading.batches)
         if reading.children is not None:
             yield from _child_metrics(reading.children)
 
@@ -182,6 +192,25 @@ def _loop_metrics(loops: tuple[LoopView, ...]) -> Iterator[Metric]:
         alive.add_metric([loop.name], 1.0 if loop.alive else 0.0)
     yield errors
     yield alive
+
+
+def _batch_metrics(open_batches: int | None, counts: BatchCounts | None) -> Iterator[Metric]:
+    if open_batches is not None:
+        gauge = GaugeMetricFamily(
+            "fencekit_batches_open", "Batches not finished yet (open, armed or completing), every host's."
+        )
+        gauge.add_metric([], float(open_batches))
+        yield gauge
+    if counts is None:
+        return
+    for name, value, doc in (
+        ("batches_finished", counts.finished, "Batches this process finished (callbacks enqueued, closed)."),
+        ("batch_notes_applied", counts.applied, "Batch notes this process applied (each child once)."),
+        ("batch_notes_malformed", counts.malformed, "Batch notes this process dropped as unreadable."),
+    ):
+        counter = CounterMetricFamily(f"fencekit_{name}", doc)
+        counter.add_metric([], float(value))
+        yield counter
 
 
 def _child_metrics(children: tuple[ChildView, ...]) -> Iterator[Metric]:

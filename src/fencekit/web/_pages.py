@@ -19,13 +19,16 @@ import orjson
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
+from fencekit.jobs.batches import CALLBACK_KINDS, BatchState
 from fencekit.jobs.history import WINDOWS, History
 from fencekit.jobs.records import JobInfo
+from fencekit.web._batch_view import GROUPS, BatchView
 from fencekit.web._graphs import history_charts, recent_chart
 from fencekit.web.browse import BULK_LIMIT, LISTS, Filter, Page
 from fencekit.web.source import DurationHistogram, Snapshot
 
 __all__ = [
+    "render_batch",
     "render_browse",
     "render_confirm",
     "render_dashboard",
@@ -100,6 +103,38 @@ def render_job(job: JobInfo, *, root: str, token: str, notice: str | None, now: 
     """The page of one task: its record, error and traceback, and what can be done to it."""
     return _env.get_template("job.html").render(
         job=job, root=root, token=token, notice=notice, now=now, refresh=None
+    )
+
+
+_CALLBACK_RULE = {"complete": "every child final", "success": "every child succeeded",
+                  "failure": "a child failed for good"}  # fmt: skip
+
+
+def render_batch(view: BatchView, *, root: str, token: str, notice: str | None, now: float) -> str:
+    """The page of one batch: progress, counts, children by state, callbacks, and "cancel"."""
+    info = view.info
+    complete = info.state in (BatchState.COMPLETING, BatchState.DONE)
+    due = {"complete": True, "success": info.succeeded == info.total, "failure": info.failed > 0}
+    callbacks = [  # (kind, jid, when it runs, where it is: "enqueued" -- its page exists -- or why not)
+        (kind, info.callbacks[kind], _CALLBACK_RULE[kind],
+         ("enqueued" if due[kind] else "not run") if complete else "not enqueued yet")
+        for kind in CALLBACK_KINDS
+        if kind in info.callbacks
+    ]  # fmt: skip
+    counts = {"": info.pending + info.running, "s": info.succeeded, "f": info.failed, "c": info.cancelled}
+    return _env.get_template("batch.html").render(
+        view=view,
+        info=info,
+        created=info.created_at.timestamp(),
+        finished=info.finished_at.timestamp() if info.finished_at is not None else None,
+        callbacks=callbacks,
+        groups=[(state, label, counts[state]) for state, label in GROUPS],
+        cancellable=info.state in (BatchState.OPEN, BatchState.ARMED),
+        root=root,
+        token=token,
+        notice=notice,
+        now=now,
+        refresh=None,
     )
 
 

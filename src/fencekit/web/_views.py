@@ -17,7 +17,15 @@ from fencekit.jobs.records import JobInfo
 from fencekit.produce.handle import DeadLetter, QueueStats, ScheduledTask
 from fencekit.produce.schedules import ScheduleInfo
 
-__all__ = ["ChildView", "ConsumerView", "QueueView", "RunningView", "Snapshot", "consumer_view"]
+__all__ = [
+    "BatchCounts",
+    "ChildView",
+    "ConsumerView",
+    "QueueView",
+    "RunningView",
+    "Snapshot",
+    "consumer_view",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +82,18 @@ class LoopView:
     errors: int
     """Unexpected exceptions the loop logged and survived (bugs or bad data, not Redis failures)."""
     alive: bool
+
+
+@dataclass(frozen=True, slots=True)
+class BatchCounts:
+    """What this process's batch loops (note mover, reconciler) did since it started."""
+
+    applied: int
+    """Notes that counted a child (each child once)."""
+    finished: int
+    """Batches finished here (callbacks enqueued, closed)."""
+    malformed: int
+    """Notes dropped unread (a bug, or a key written by hand)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,10 @@
 """The Starlette app: :func:`create_app` and its route handlers (routes in :mod:`fencekit.web`).
 
 Handlers are methods of :class:`_Admin`, which holds what ``create_app``
-was given; two wrappers add the checks: :meth:`_Admin.guarded` (Basic Auth)
-and :meth:`_Admin.checked_post` (same origin, CSRF token, a known queue).
+was given (those of a queue's lists and of a batch are mixed in from
+:mod:`~fencekit.web._queue_pages` and :mod:`~fencekit.web._batch_pages`); two
+wrappers add the checks: :meth:`_Admin.guarded` (Basic Auth) and
+:meth:`_Admin.checked_post` (same origin, CSRF token, a known queue).
 Every HTML response carries :data:`~fencekit.web._security.SECURITY_HEADERS`.
 """
 
@@ -27,6 +29,7 @@ from fencekit.web._answers import error as _error
 from fencekit.web._answers import json_error as _json_error
 from fencekit.web._answers import notice as _notice
 from fencekit.web._answers import root as _root
+from fencekit.web._batch_pages import BatchPages
 from fencekit.web._metrics import Metrics
 from fencekit.web._pages import (
     render_confirm,
@@ -94,6 +97,10 @@ def create_app(
         Route("/admin/purge", guarded(checked_post(admin.purge)), methods=["POST"]),
         Route("/admin/revive", guarded(checked_post(admin.revive)), methods=["POST"]),
         Route("/admin/job", guarded(admin.job_page), methods=["GET"]),
+        Route("/admin/batch/{bid:path}", guarded(admin.batch_page), methods=["GET"]),
+        Route(
+            "/admin/cancel-batch", guarded(checked_post(admin.cancel_batch, queue=False)), methods=["POST"]
+        ),
         Route("/admin/queue", guarded(admin.queue_page), methods=["GET"]),
         Route("/admin/bulk", guarded(checked_post(admin.bulk)), methods=["POST"]),
         Route("/admin/history", guarded(admin.history_page), methods=["GET"]),
@@ -110,7 +117,7 @@ def create_app(
     return app
 
 
-class _Admin(QueuePages):
+class _Admin(QueuePages, BatchPages):
     """The route handlers of one app, sharing its source, credentials, token and refresh."""
 
     def __init__(
@@ -168,8 +175,9 @@ class _Admin(QueuePages):
 
         return endpoint
 
-    def checked_post(self, handler: FormHandler) -> Handler:
-        """Same-origin and CSRF checks and a known ``queue`` field, then ``handler(request, form)``."""
+    def checked_post(self, handler: FormHandler, *, queue: bool = True) -> Handler:
+        """Same-origin and CSRF checks and a known ``queue`` field (unless ``queue`` is False: a
+        form that names a batch, whose children may be in any queue), then ``handler(request, form)``."""
 
         async def endpoint(request: Request) -> Response:
             if not same_origin(request):
@@ -180,7 +188,7 @@ class _Admin(QueuePages):
             if not secrets.compare_digest(form.get("csrf", "").encode(), self.token.encode()):
                 return _error(request, 403, "Forbidden", "missing or stale form token: reload the page")
             try:
-                if not await self._known(form.get("queue", "")):
+                if queue and not await self._known(form.get("queue", "")):
                     return _error(request, 404, "Not found", "no such queue")
                 return await handler(request, form)
             except StoreError as exc:

@@ -54,11 +54,14 @@ from fencekit.jobs._registry import ConsumerRecord, known_queues
 from fencekit.jobs.histogram import DurationHistogram
 from fencekit.jobs.history import History, HistoryBucket, read_histories
 from fencekit.jobs.records import JobInfo
+from fencekit.produce._batch_steps import cancel_steps
 from fencekit.produce._results import cancel_job, read_job
 from fencekit.produce.handle import DeadLetter, Queue, QueueStats, ScheduledTask
 from fencekit.produce.schedules import schedules_steps
 from fencekit.settings import ClientSettings, defaults
+from fencekit.web._batch_view import BatchView, bounded, count_open, read_batch
 from fencekit.web._views import (
+    BatchCounts,
     ChildView,
     ConsumerView,
     LoopView,
@@ -71,6 +74,7 @@ from fencekit.web.browse import Filter, Page, read_page
 
 __all__ = [
     "AdminSource",
+    "BatchCounts",
     "ChildView",
     "ConsumerView",
     "DurationHistogram",
@@ -85,6 +89,7 @@ DEFAULT_DEAD_LETTERS = 20
 
 ChildrenSource = Callable[[], "tuple[ChildView, ...] | None"]
 LoopsSource = Callable[[], "tuple[LoopView, ...]"]
+BatchCountsSource = Callable[[], BatchCounts]
 
 
 class AdminSource:
@@ -105,6 +110,7 @@ class AdminSource:
         children: ChildrenSource | None = None,
         durations: DurationHistogram | Callable[[], DurationHistogram] | None = None,
         loops: LoopsSource | None = None,
+        batches: BatchCountsSource | None = None,
         target: RedisTarget | None = None,
         heartbeat_ttl: float = 30.0,
         dead_letter_limit: int = DEFAULT_DEAD_LETTERS,
@@ -120,6 +126,7 @@ class AdminSource:
         )
         self.children = children
         self.loops = loops
+        self.batches = batches
         if isinstance(durations, DurationHistogram):
             self.durations = durations
             self._fresh_durations: Callable[[], DurationHistogram] | None = None
@@ -194,6 +201,14 @@ class AdminSource:
     def loop_health(self) -> tuple[LoopView, ...]:
         """The host's periodic loops: name, rounds run, unexpected errors, alive (empty if none)."""
         return self.loops() if self.loops is not None else ()
+
+    def batch_counts(self) -> BatchCounts | None:
+        """What the host's batch loops did (None: the host runs none, as a mounted app)."""
+        return self.batches() if self.batches is not None else None
+
+    async def open_batches(self) -> int:
+        """How many batches are not finished (the reconciler's index); raises StoreError (on timeout too)."""
+        return await bounded(count_open(self.redis, self.keys), self.snapshot_timeout)
 
     def pool_children(self) -> tuple[ChildView, ...] | None:
         """The supervisor's children, or None when there is no pool."""
@@ -378,6 +393,14 @@ class AdminSource:
     async def cancel(self, jid: str, queue: str) -> bool:
         """Cancel task ``jid`` of ``queue`` (as ``Client.cancel``)."""
         return await cancel_job(self.redis, self.keys, jid, queue, self.keep_finished)
+
+    async def batch(self, bid: str) -> BatchView | None:
+        """Batch ``bid`` and its children by state (:mod:`fencekit.web._batch_view`; None: unknown)."""
+        return await bounded(read_batch(self.redis, self.keys, bid), self.snapshot_timeout)
+
+    async def cancel_batch(self, bid: str) -> int:
+        """Cancel batch ``bid``'s children not final yet (as ``Batch.cancel``); ConfigError if unknown."""
+        return await adrive(self.redis, cancel_steps(self.keys, bid, self.keep_finished))
 
     # actions -----------------------------------------------------------------
     def queue(self, name: str) -> Queue:

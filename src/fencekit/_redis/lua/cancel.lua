@@ -2,9 +2,10 @@
 -- A running delivery leaves its consumer's in-flight hash here, so from this
 -- moment its ack and its fenced writes are refused; its jid and token are
 -- published on the queue's cancel channel for the consumer to stop the
--- coroutine. A waiting task leaves the scheduled set or the queue. A task
--- without a record is looked for by its jid in every place (a scan, so its
--- cost grows with the queue); one with a record by its envelope.
+-- coroutine. A waiting task leaves the scheduled set, the queue, or the hash
+-- of tasks held for their parents (dep_wait.lua). A task without a record is
+-- looked for by its jid in every place (a scan, so its cost grows with the
+-- queue); one with a record by its envelope.
 --
 -- KEYS[1]  record      P:{Q}:job:<jid>
 -- KEYS[2]  pending     P:{Q}:pending
@@ -22,7 +23,7 @@
 --
 -- Reply: { cancelled, where }
 --   cancelled  1 when this call cancelled it, else 0
---   where      "running", "scheduled" or "pending" (where it was), the final
+--   where      "running", "scheduled", "pending" or "waiting" (where it was), the final
 --              state when it had finished already, "" when not found
 --!include _now_ms.lua
 --!include _record.lua
@@ -32,7 +33,7 @@
 --!include _note.lua
 local jid = ARGV[1]
 local state = redis.call('HGET', KEYS[1], 'state')
-if state and state ~= 'pending' and state ~= 'scheduled' then
+if state and state ~= 'pending' and state ~= 'scheduled' and state ~= 'waiting' then
   return { 0, state }
 end
 local needle = '{"jid":"' .. jid .. '"'
@@ -56,6 +57,15 @@ local function cancelled(where, envelope, token)
     redis.call('SPUBLISH', ARGV[4], jid)
   end
   return { 1, where }
+end
+
+if state == 'waiting' then -- held for its parents (dep_wait.lua)
+  local entry = redis.call('HGET', queue_base(KEYS[2]) .. 'waiting', jid)
+  if not entry then
+    return { 0, '' }
+  end
+  redis.call('HDEL', queue_base(KEYS[2]) .. 'waiting', jid)
+  return cancelled('waiting', cjson.decode(entry)['env'])
 end
 
 for i = 6, #KEYS do

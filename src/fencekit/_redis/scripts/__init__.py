@@ -15,7 +15,8 @@ The package is split by job; callers import this package only
 - ``queue``: one job's path -- enqueue, claim, settle, a running job's writes;
 - ``admin``: the operator's and reader's scripts (records, cancel, bulk, burst probe);
 - ``loops``: the maintenance loops (heartbeat, reaper, scheduler, history, ticker);
-- ``batches``: a batch's bookkeeping, in the batch's own slot.
+- ``batches``: a batch's bookkeeping, in the batch's own slot;
+- ``deps``: tasks held for their parents (``Task(depends_on=...)``), in their queue's slot.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from fencekit._redis.scripts.admin import (
     run_now,
 )
 from fencekit._redis.scripts.batches import batch_add, batch_arm, batch_done, batch_note, batch_open
+from fencekit._redis.scripts.deps import dep_cancel, dep_release, dep_wait
 from fencekit._redis.scripts.loops import (
     expired,
     forget,
@@ -93,6 +95,9 @@ __all__ = [
     "dead_purge",
     "dead_revive",
     "dead_revive_many",
+    "dep_cancel",
+    "dep_release",
+    "dep_wait",
     "drain_probe",
     "drop",
     "enqueue",
