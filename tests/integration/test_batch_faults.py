@@ -14,12 +14,13 @@ import signal
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 from tests.fault_helpers import PoolRunner
 
-from fencekit import Client, Task
+from fencekit import Batch, BatchInfo, Client, Task
 from fencekit._redis.keys import KeySpace
 from fencekit.jobs.batches import BatchState
 from fencekit.testing.cluster import LocalCluster
@@ -77,6 +78,31 @@ def lines(runs: Path) -> list[str]:
     return out
 
 
+CORRUPT = set(range(0, 3000, 100))
+"""30 of the 3,000 children fail for good (3 runs each)."""
+
+
+async def start_batch(client: Client) -> Batch:
+    tasks = [Task("bgames", "analyse", {"n": n, "corrupt": n in CORRUPT}) for n in range(3000)]
+    return await client.batch(
+        tasks,
+        on_complete=Task("breports", "complete", {}),
+        on_success=Task("breports", "success", {}),
+        on_failure=Task("breports", "failure", {}),
+    )
+
+
+async def finish(client: Client, handle: Batch, runs: Path) -> tuple[BatchInfo, dict[str, Any]]:
+    """The batch's final info and results, once the callbacks ran and a second run of one (a
+    stale finisher, a reconciler) had 2 s to show."""
+    info = await handle.wait(timeout=180)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and sum(1 for x in lines(runs) if x.startswith("callback")) < 2:
+        await asyncio.sleep(0.1)
+    await asyncio.sleep(2.0)
+    return info, await client.batch_results(handle.bid)
+
+
 async def test_a_batch_over_three_pools_with_a_killed_and_a_paused_one_fires_each_callback_once(
     tmp_path: Path, redis_url: str
 ) -> None:
@@ -88,15 +114,8 @@ async def test_a_batch_over_three_pools_with_a_killed_and_a_paused_one_fires_eac
     try:
         for pool in pools:
             pool.wait_ready()
-        corrupt = set(range(0, 3000, 100))  # 30 children fail for good (3 runs each)
-        tasks = [Task("bgames", "analyse", {"n": n, "corrupt": n in corrupt}) for n in range(3000)]
         async with Client(redis_url=redis_url) as client:
-            handle = await client.batch(
-                tasks,
-                on_complete=Task("breports", "complete", {}),
-                on_success=Task("breports", "success", {}),
-                on_failure=Task("breports", "failure", {}),
-            )
+            handle = await start_batch(client)
             await asyncio.sleep(1.0)
             killed = pools[0]
             os.killpg(killed.proc.pid, signal.SIGKILL)  # supervisor and child, mid-batch
@@ -107,12 +126,7 @@ async def test_a_batch_over_three_pools_with_a_killed_and_a_paused_one_fires_eac
             os.killpg(paused.proc.pid, signal.SIGSTOP)  # past its TTL: reaped, run elsewhere
             await asyncio.sleep(4.0)
             os.killpg(paused.proc.pid, signal.SIGCONT)  # its stale acks arrive now
-            info = await handle.wait(timeout=180)
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline and sum(1 for x in lines(runs) if x.startswith("callback")) < 2:
-                await asyncio.sleep(0.1)
-            await asyncio.sleep(2.0)  # a second run of a callback (a stale finisher, a reconciler) shows here
-            results = await client.batch_results(handle.bid)
+            info, results = await finish(client, handle, runs)
     finally:
         outputs = []
         for pool in pools:
@@ -135,7 +149,7 @@ async def test_a_batch_over_three_pools_with_a_killed_and_a_paused_one_fires_eac
     assert set(children) == set(handle.jids)  # every child ran (some twice: reaped, or retried)
     assert {x.split()[2] for x in recorded if x.startswith("child")} == {handle.bid}
     assert len(results) == 2970
-    assert sorted(results.values()) == sorted(n for n in range(3000) if n not in corrupt)
+    assert sorted(results.values()) == sorted(n for n in range(3000) if n not in CORRUPT)
     assert "reaped consumer" in "".join(outputs), "the pause was not long enough to be reaped"
     stats = redis.Redis.from_url(redis_url).hgetall("fencekit:{bgames}:stats")
     assert int(stats.get(b"fenced_out", 0)) > 0  # the paused pool's late acks were refused
@@ -159,15 +173,8 @@ async def test_on_a_cluster_a_failover_of_the_batch_s_primary_mid_batch_loses_no
         try:
             for pool in pools:
                 pool.wait_ready()
-            corrupt = set(range(0, 3000, 100))
-            tasks = [Task("bgames", "analyse", {"n": n, "corrupt": n in corrupt}) for n in range(3000)]
             async with Client(redis_url=url) as client:
-                handle = await client.batch(
-                    tasks,
-                    on_complete=Task("breports", "complete", {}),
-                    on_success=Task("breports", "success", {}),
-                    on_failure=Task("breports", "failure", {}),
-                )
+                handle = await start_batch(client)
                 await asyncio.sleep(1.0)
                 batch_primary = cluster.owner(KeySpace().batch(handle.bid).meta)
                 cluster.failover(batch_primary)
@@ -175,15 +182,7 @@ async def test_on_a_cluster_a_failover_of_the_batch_s_primary_mid_batch_loses_no
                 pools[0].proc.wait(10)
                 pools[0].stop()
                 pools[0] = PoolRunner(tmp_path, url, *args)
-                info = await handle.wait(timeout=180)
-                deadline = time.monotonic() + 30
-                while (
-                    time.monotonic() < deadline
-                    and sum(1 for x in lines(runs) if x.startswith("callback")) < 2
-                ):
-                    await asyncio.sleep(0.1)
-                await asyncio.sleep(2.0)
-                results = await client.batch_results(handle.bid)
+                info, results = await finish(client, handle, runs)
         finally:
             for pool in pools:
                 pool.stop()

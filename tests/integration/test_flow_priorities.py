@@ -45,6 +45,7 @@ PENDING_SCRIPTS = {
     "cancel.lua": "_prio",
     "dead_revive.lua": "_prio",
     "dead_revive_many.lua": "_prio",
+    "dep_release.lua": "_prio",
     "drain_probe.lua": "_prio",
     "enqueue.lua": "_prio",
     "enqueue_tracked.lua": "_prio",

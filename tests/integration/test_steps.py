@@ -10,7 +10,8 @@ import redis
 import redis.asyncio
 
 from fencekit._redis import scripts
-from fencekit._redis.steps import Batch, Steps, adrive, cmd, drive
+from fencekit._redis.run import TryAgain
+from fencekit._redis.steps import Batch, Steps, adrive, batch_steps, cmd, drive, execute_ops
 from fencekit.errors import StoreError
 
 
@@ -51,3 +52,22 @@ def test_an_error_reply_comes_back_in_its_slot_or_is_raised_translated(redis_url
         assert "not an integer" in str(error)
         with pytest.raises(StoreError, match="not an integer"):
             drive(r, errors_of(slots=False))
+
+
+def test_a_script_still_missing_right_after_its_load_is_a_transient_try_again(redis_url: str) -> None:
+    """As after a failover: the load reached a node, the call the new primary, which lacks it.
+    The call did not run; its slot says TryAgain (a WARNING for the loops, not an outage)."""
+    call = scripts.lock_acquire(lock="L:{r}", seq="L:{r}:seq", owner="me", ttl_ms=10_000)
+    with redis.Redis.from_url(redis_url) as r:
+        r.script_flush()
+        steps = batch_steps(Batch((call,), slots=True))
+        first = execute_ops(r, next(steps))
+        again = steps.send(first)
+        loaded = execute_ops(r, again[:-1])
+        r.script_flush()  # the node the call reaches has not loaded it
+        with pytest.raises(StopIteration) as done:
+            steps.send(loaded + execute_ops(r, again[-1:]))
+        (reply,) = done.value.value
+        assert isinstance(reply, TryAgain)
+        assert reply.transient
+        assert not r.exists("L:{r}")  # it did not run

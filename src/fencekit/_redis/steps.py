@@ -38,7 +38,7 @@ import redis
 import redis.asyncio
 from redis.exceptions import NoScriptError, ResponseError
 
-from fencekit._redis.run import Durability, translate_error, translated
+from fencekit._redis.run import Durability, TryAgain, translate_error, translated
 from fencekit._redis.scripts import Call
 
 __all__ = [
@@ -122,7 +122,13 @@ def batch_steps(batch: Batch) -> Generator[list[Op], list[Any], list[Any]]:
                 raise translate_error(reply)
         again = again[len(loads) :]
         for i, reply in zip(missing, again):
-            raw[i] = reply
+            # still missing right after its load: a failover moved the slot to a node that had
+            # not loaded it (the load went to the old primary); it did not run, try again later
+            raw[i] = (
+                TryAgain("script not loaded on the node yet (a failover?)")
+                if isinstance(reply, NoScriptError)
+                else reply
+            )
         if extra:
             raw[-1] = again[-1]
     replies = [translate_error(r) if isinstance(r, BaseException) else r for r in raw]

@@ -46,6 +46,7 @@ from fencekit.jobs.task import Task
 from fencekit.produce._dep_steps import enqueue_any_steps
 from fencekit.produce._enqueue import Enqueued
 from fencekit.produce._producer import Producer
+from fencekit.produce._results import cancel_call
 
 __all__ = [
     "CALLBACK_KEEP",
@@ -244,9 +245,7 @@ def cancel_steps(keys: KeySpace, bid: str, keep_finished: int) -> Steps[int]:
     cancelled: list[str] = []
     if open_jids and meta.queues:
         inflight = [as_text(c) for c in consumers]
-        calls = [
-            _cancel_call(keys, q, jid, inflight, keep_finished) for jid in open_jids for q in meta.queues
-        ]
+        calls = [cancel_call(keys, q, jid, inflight, keep_finished) for jid in open_jids for q in meta.queues]
         replies = yield Batch(calls, slots=True)
         found: set[str] = set()
         for i, reply in enumerate(replies):
@@ -337,31 +336,13 @@ def _callback_call(keys: KeySpace, raw: bytes) -> scripts.Call:
     )
 
 
-def _cancel_call(
-    keys: KeySpace, queue: str, jid: str, consumers: list[str], keep_finished: int
-) -> scripts.Call:
-    qk = keys.queue(queue)
-    return scripts.cancel(
-        record=qk.job(jid),
-        pending=qk.pending,
-        scheduled=qk.scheduled,
-        stats=qk.stats,
-        finished=qk.finished,
-        inflight=[qk.inflight(c) for c in consumers],
-        jid=jid,
-        channel=qk.cancel_channel,
-        keep_finished=keep_finished,
-        done=qk.done_channel,
-    )
-
-
 def _abandon(keys: KeySpace, bid: str, children: list[Task], keep_finished: int) -> Steps[None]:
     """Children whose enqueue failed: cancel those that landed, count every one cancelled."""
     try:
         (consumers,) = yield Batch((cmd("hkeys", keys.consumers),))
         inflight = [as_text(c) for c in consumers]
         yield Batch(
-            [_cancel_call(keys, t.queue, str(t.jid), inflight, keep_finished) for t in children], slots=True
+            [cancel_call(keys, t.queue, str(t.jid), inflight, keep_finished) for t in children], slots=True
         )
         yield from _note_all(keys, bid, [str(t.jid) for t in children], "c")
     except Exception:  # Redis went away too: the enqueue's own error is what the caller sees

@@ -46,6 +46,7 @@ __all__ = [
     "Pause",
     "ResultWaiter",
     "Subscribe",
+    "cancel_call",
     "cancel_job",
     "cancel_steps",
     "job_steps",
@@ -99,6 +100,25 @@ async def read_job(
     return await adrive(redis_client, job_steps(keys, jid, queue))
 
 
+def cancel_call(
+    keys: KeySpace, queue: str, jid: str, consumers: list[str], keep_finished: int
+) -> scripts.Call:
+    """``cancel.lua`` of task ``jid`` of ``queue``, looking in the in-flight hashes of ``consumers``."""
+    qk = keys.queue(queue)
+    return scripts.cancel(
+        record=qk.job(jid),
+        pending=qk.pending,
+        scheduled=qk.scheduled,
+        stats=qk.stats,
+        finished=qk.finished,
+        inflight=[qk.inflight(c) for c in consumers],
+        jid=jid,
+        channel=qk.cancel_channel,
+        keep_finished=keep_finished,
+        done=qk.done_channel,
+    )
+
+
 def cancel_steps(keys: KeySpace, jid: str, queue: str | None, keep_finished: int) -> Steps[bool]:
     """Run ``cancel.lua`` on the queue that has task ``jid`` (or each known queue until one has it)."""
     _check_jid(jid)
@@ -109,20 +129,7 @@ def cancel_steps(keys: KeySpace, jid: str, queue: str | None, keep_finished: int
         every, recorded, consumers = yield from _recorded_in(keys, jid)
         queues = recorded or every  # without a record: look in every queue
     for name in queues:
-        qk = keys.queue(name)
-        call = scripts.cancel(
-            record=qk.job(jid),
-            pending=qk.pending,
-            scheduled=qk.scheduled,
-            stats=qk.stats,
-            finished=qk.finished,
-            inflight=[qk.inflight(c) for c in consumers],
-            jid=jid,
-            channel=qk.cancel_channel,
-            keep_finished=keep_finished,
-            done=qk.done_channel,
-        )
-        ((done, where),) = yield Batch((call,))
+        ((done, where),) = yield Batch((cancel_call(keys, name, jid, consumers, keep_finished),))
         if int(done):
             return True
         if as_text(where):  # found, but finished already

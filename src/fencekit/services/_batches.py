@@ -35,6 +35,7 @@ from fencekit._redis.keys import KeySpace
 from fencekit._redis.run import as_text
 from fencekit._redis.steps import Batch, adrive, arun_batch, cmd
 from fencekit.errors import FenceKitError, StoreError
+from fencekit.jobs._registry import queue_names
 from fencekit.jobs.batches import BatchState, parse_note
 from fencekit.produce._batch_steps import finish_steps
 
@@ -141,9 +142,9 @@ class BatchLoops:
     async def reconcile(self) -> int:
         """Move the notes of the queues no one here serves (a child cancelled or purged there),
         then walk a page of the index; how many batches it finished again."""
-        (registered,) = await arun_batch(self.client, Batch([cmd("smembers", self.keys.queues)]))
+        registered = await adrive(self.client, queue_names(self.keys))  # poison names left out
         served = set(self.queues)
-        others = sorted(name for name in (as_text(q) for q in registered) if name not in served)
+        others = [name for name in registered if name not in served]
         while await self._move(others) >= CHUNK:
             pass
         now_ms = time.time_ns() // 1_000_000

@@ -28,9 +28,10 @@ from fencekit._aio.loops import Backoff, Loop
 from fencekit._redis import scripts
 from fencekit._redis.keys import KeySpace
 from fencekit._redis.run import as_text
-from fencekit._redis.steps import Batch, arun_batch, cmd
+from fencekit._redis.steps import Batch, adrive, arun_batch, cmd
 from fencekit.errors import PayloadError
 from fencekit.jobs import codec
+from fencekit.jobs._registry import queue_names
 from fencekit.jobs.records import JobError, encode_error
 
 __all__ = ["BUSY", "IDLE", "Decision", "DependencyLoop", "decide"]
@@ -104,8 +105,7 @@ class DependencyLoop:
     async def resolve(self) -> int:
         """One round over every held task; how many it released or cancelled."""
         if time.monotonic() - self._queues_at > QUEUES_EVERY:
-            (names,) = await arun_batch(self.client, Batch([cmd("smembers", self.keys.queues)]))
-            self._queues = sorted(as_text(n) for n in names)
+            self._queues = await adrive(self.client, queue_names(self.keys))  # poison names left out
             self._queues_at = time.monotonic()
         if not self._queues:
             return 0
