@@ -518,6 +518,15 @@ def every_call(keys: KeySpace, queue: str) -> dict[str, scripts.Call]:
         "batch_arm": scripts.batch_arm(meta=bk.meta),
         "batch_note": scripts.batch_note(meta=bk.meta, children=bk.children, notes=[("j1", "s")]),
         "batch_done": scripts.batch_done(meta=bk.meta, children=bk.children, keep_ms=1000),
+        "checkpoint": scripts.checkpoint(
+            inflight=inflight,
+            fence=job_fence,
+            state=qk.state("jid-1"),
+            stats=qk.stats,
+            token=2,
+            value=b"{}",
+            ttl_ms=1000,
+        ),
         "dep_wait": scripts.dep_wait(
             waiting=qk.waiting(),
             stats=qk.stats,

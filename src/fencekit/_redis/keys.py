@@ -219,6 +219,10 @@ class QueueKeys:
         """``P:{Q}:rate:``: the bucket of operation ``op`` is it + ``op`` (built in the claim script)."""
         return self._job_base[: -len("job:")] + "rate:"
 
+    def state(self, jid: str) -> str:
+        """``P:{Q}:state:<jid>``: the checkpointed state of task ``jid`` (``current_job().checkpoint``)."""
+        return self._job_base[: -len("job:")] + "state:" + jid
+
     def waiting(self) -> str:
         """``P:{Q}:waiting``: tasks held until their parents are final (``Task(depends_on=...)``)."""
         return self._job_base[: -len("job:")] + "waiting"

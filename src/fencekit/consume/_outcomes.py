@@ -62,8 +62,10 @@ class Outcomes:
         spec: WorkerSpec,
         result: object,
         keep_ms: int,
+        checkpointed: bool = False,
     ) -> None:
-        """An ack whose result lands in the task's record (created now if the producer kept none)."""
+        """An ack whose result lands in the task's record (created now if the producer kept none);
+        a task that ``checkpointed`` keeps its state as long as the record."""
         try:
             value = records.encode_result(result, self.max_payload)
         except PayloadError as exc:
@@ -89,7 +91,7 @@ class Outcomes:
             keep_ms,
             b"" if envelope.keep else raw,
             self.keys.queue(queue).unique(envelope.unique) if envelope.unique else "",
-            envelope.batch or "",
+            ("!" if checkpointed else "") + (envelope.batch or ""),
         )
         self.outbox.ack(queue, token, envelope.jid, ack)
 

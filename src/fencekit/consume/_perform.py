@@ -25,10 +25,13 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+import orjson
+
 from fencekit._aio.scope import TaskScope
 from fencekit._log import JobLines
 from fencekit._redis.cluster.routing import slot_of
 from fencekit._redis.keys import KeySpace
+from fencekit._redis.run import translated
 from fencekit._redis.scripts import Call
 from fencekit.consume._observe import Observer
 from fencekit.consume._outbox import Outbox
@@ -36,7 +39,7 @@ from fencekit.consume._outcomes import Outcomes
 from fencekit.consume._settle import Retention
 from fencekit.consume._threads import DEFAULT_SYNC_CONCURRENCY, SyncRunner
 from fencekit.consume.job import Job, JobSite, fenced_writes, set_current
-from fencekit.errors import CrossSlotWrite, FencedOutError, PayloadError
+from fencekit.errors import CrossSlotWrite, FencedOutError, PayloadError, StoreError
 from fencekit.jobs import codec
 from fencekit.jobs._binding import Unbound
 from fencekit.jobs.histogram import DurationHistogram, QueueDurations
@@ -178,6 +181,13 @@ class Performer(Outcomes):
         if not plain and envelope.expires_at is not None and time.time_ns() // 1000000 > envelope.expires_at:
             self._expired(queue, token, envelope)
             return
+        state = None
+        if not plain and envelope.ckpt:  # it checkpointed in an earlier delivery: resume from there
+            try:
+                state = await self._state_of(queue, envelope.jid)
+            except StoreError as exc:
+                self._failed(queue, token, envelope, spec, exc)
+                return
         job = Job(
             envelope.jid,
             envelope.operation,
@@ -187,6 +197,7 @@ class Performer(Outcomes):
             self.sites[queue],
             envelope.batch,
             envelope.parents,
+            state,
         )
         set_current(job)
         if self.observer is not None:
@@ -244,12 +255,13 @@ class Performer(Outcomes):
             self.lines.info("task %s completed in %.3fs", envelope.jid, time.perf_counter() - started)
         if self.observer is not None:
             self.observer.decided(queue, token, "succeeded")
-        if plain:
+        if plain and not job._checkpointed:
             self.outbox.ack(queue, token, envelope.jid)
         else:
             keep = spec.keep_ms if spec.keep_ms is not None else envelope.keep
-            if keep or envelope.keep:
-                self._ack_recorded(queue, token, raw, envelope, spec, result, keep or 1)
+            checkpointed = job.checkpointed or envelope.ckpt
+            if keep or envelope.keep or checkpointed:  # a state goes with the record (lua/_ckpt.lua)
+                self._ack_recorded(queue, token, raw, envelope, spec, result, keep or 1, checkpointed)
             else:
                 self.outbox.ack(queue, token, envelope.jid)
         self.wake()
@@ -275,6 +287,14 @@ class Performer(Outcomes):
         if self._watchdog is not None:
             self._watchdog.cancel()
         self.threads.close()
+
+    async def _state_of(self, queue: str, jid: str) -> Any:
+        """The state task ``jid`` checkpointed (None: none, or it expired): one GET, made only for a
+        task whose envelope says it checkpointed."""
+        site = self.sites[queue]
+        with translated():
+            raw = await site.client.redis.get(site.keys.state(jid))
+        return None if raw is None else orjson.loads(raw)
 
     def _time_out(self, key: tuple[str, int], late: _Deadline) -> None:
         """The run of ``key`` is past its timeout: settle it now, then cancel its coroutine.

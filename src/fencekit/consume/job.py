@@ -25,12 +25,15 @@ from contextvars import ContextVar
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
+import orjson
+
 from fencekit._redis import scripts
 from fencekit._redis.cluster.routing import slot_of
 from fencekit._redis.keys import QueueKeys, job_resource
 from fencekit._redis.run import translate_reply
 from fencekit._redis.scripts import Call
-from fencekit.errors import CrossSlotWrite, FencedOutError, NoCurrentJob
+from fencekit.errors import CrossSlotWrite, FencedOutError, NoCurrentJob, PayloadError
+from fencekit.jobs.codec import check_params
 from fencekit.jobs.records import encode_progress
 from fencekit.primitives.fence import FenceRules
 from fencekit.primitives.tokens import FenceToken
@@ -45,6 +48,10 @@ _loop: ContextVar[asyncio.AbstractEventLoop] = ContextVar("fencekit_job_loop")
 
 
 _T = TypeVar("_T")
+
+STATE_TTL_MS = 30 * 86_400_000
+"""A checkpointed state lives this long after its latest checkpoint if its task never ends
+(it is dropped or given its record's retention as the task ends: lua/_ckpt.lua)."""
 
 Write = tuple[str, str, str, int, "str | bytes | int | float"]  # inflight, fence, target, token, value
 
@@ -96,6 +103,7 @@ class Job:
     __slots__ = (
         "_attempt",
         "_batch",
+        "_checkpointed",
         "_delivery",
         "_jid",
         "_operation",
@@ -103,6 +111,7 @@ class Job:
         "_parents",
         "_refused",
         "_site",
+        "_state",
         "_token",
     )
 
@@ -116,6 +125,7 @@ class Job:
         site: JobSite,
         batch: str | None = None,
         parents: dict[str, Any] | None = None,
+        state: Any = None,
     ) -> None:
         self._jid = jid
         self._operation = operation
@@ -127,6 +137,8 @@ class Job:
         self._refused: str | None = None
         self._batch = batch
         self._parents = parents
+        self._state = state
+        self._checkpointed = False
 
     @property
     def jid(self) -> str:
@@ -160,6 +172,59 @@ class Job:
         empty for a task without parents. A parent that failed (``on_parent_failure="run"``)
         or kept no result is absent."""
         return self._parents or {}
+
+    @property
+    def state(self) -> Any:
+        """The state this task's latest :meth:`checkpoint` stored (by this delivery or an earlier
+        one), None before its first checkpoint: a long job resumes from it."""
+        return self._state
+
+    @property
+    def checkpointed(self) -> bool:
+        """True once this delivery stored a checkpoint, or it resumed from one."""
+        return self._checkpointed or self._state is not None
+
+    async def checkpoint(self, state: Any) -> None:
+        """Store ``state`` (plain JSON) for this task while this delivery is its current one.
+
+        The task's next delivery -- after a crash, a retry or a drain -- reads it as
+        :attr:`state`. A delivery that is no longer current (reaped after a pause,
+        returned, finished, timed out) is refused in Redis and counted ``fenced_out``:
+        this raises :class:`~fencekit.errors.FencedOutError`, so a stale run stops and
+        never overwrites a newer checkpoint. ``state`` is bounded by ``max_payload``
+        (:class:`~fencekit.errors.PayloadError` above it). One script call
+        (``checkpoint.lua``), one round trip.
+        """
+        self._check_current()
+        site = self._site
+        check_params(state, "state")
+        value = orjson.dumps(state)
+        limit = site.client.max_payload
+        if len(value) > limit:
+            raise PayloadError(
+                f"checkpoint of task {self._jid} is {len(value)} bytes, above max_payload={limit}"
+            )
+        _, fence, target, _ = site.rules.write(self.token, site.keys.state(self._jid), 0)
+        call = scripts.checkpoint(
+            inflight=site.inflight,
+            fence=fence,
+            state=target,
+            stats=site.keys.stats,
+            token=self._delivery,
+            value=value,
+            ttl_ms=STATE_TTL_MS,
+        )
+        try:
+            await site.run(call)
+        except FencedOutError:
+            self.fence_locally("was fenced out by Redis (reaped, returned or superseded)")
+            raise
+        self._state = state
+        self._checkpointed = True
+
+    def checkpoint_sync(self, state: Any) -> None:
+        """:meth:`checkpoint` from a sync task's thread: blocks until Redis answered."""
+        _blocking(self.checkpoint(state))
 
     @property
     def token(self) -> FenceToken:

@@ -13,7 +13,8 @@ Lua scripts read it with one anchored match: docs/guides/flow.md), ``"ckey"`` (i
 concurrency key, after ``"jid"`` and any ``"priority"``, for the same reason),
 ``"batch"`` (the id of the batch it is a child or a callback of, after those, for the
 same reason: docs/design/batches.md), ``"parents"`` (the results of the tasks it
-depended on, by jid, added as it is released: ``Task(depends_on=...)``) and ``"trace"``
+depended on, by jid, added as it is released: ``Task(depends_on=...)``), ``"ckpt": 1``
+(last: the task has a checkpointed state to resume from, lua/_ckpt.lua) and ``"trace"``
 (the W3C ``traceparent`` of the request that
 enqueued it, when hooks trace: :mod:`fencekit.hooks`), so a task that sets none of them is encoded and decoded
 exactly as before.
@@ -75,6 +76,7 @@ class Envelope(NamedTuple):
     ckey: str | None = None
     batch: str | None = None
     parents: dict[str, Any] | None = None
+    ckpt: bool = False
 
     def encode(self) -> bytes:
         return self.next_attempt(self.attempt)
@@ -97,6 +99,7 @@ class Envelope(NamedTuple):
             ckey=self.ckey,
             batch=self.batch,
             parents=self.parents,
+            ckpt=self.ckpt,
         )
 
 
@@ -199,6 +202,7 @@ def encode(
     ckey: str | None = None,
     batch: str | None = None,
     parents: dict[str, Any] | None = None,
+    ckpt: bool = False,
 ) -> bytes:
     """Encode an envelope (:func:`check_params` ran at enqueue, or at decode)."""
     data: dict[str, Any]
@@ -250,6 +254,8 @@ def encode(
         data["trace"] = trace
     if parents is not None:
         data["parents"] = parents
+    if ckpt:  # last: the scripts find it as the envelope's end (lua/_ckpt.lua)
+        data["ckpt"] = 1
     try:
         return orjson.dumps(data)
     except TypeError as exc:
@@ -315,6 +321,9 @@ def decode(raw: bytes | str) -> Envelope:
     parents = data.get("parents")
     if parents is not None and not isinstance(parents, dict):
         raise PayloadError("field 'parents' must be an object of the parents' results by jid")
+    ckpt = data.get("ckpt")
+    if ckpt is not None and ckpt != 1:
+        raise PayloadError("field 'ckpt' must be 1 (the task has a checkpointed state)")
     return Envelope(
         jid,
         queue,
@@ -331,6 +340,7 @@ def decode(raw: bytes | str) -> Envelope:
         ckey,
         batch,
         parents,
+        ckpt == 1,
     )
 
 

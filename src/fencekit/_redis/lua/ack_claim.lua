@@ -23,8 +23,10 @@
 --   ARGV[4+p]  how many finished records the queue keeps
 --   then 7 per recorded ack: token, jid, result (JSON), retention ms,
 --   envelope ("" when the record exists already), unique key ("" for none),
---   batch id ("" for none: a batch child leaves its note "<bid> <jid> s" on
---   P:{Q}:notes, derived from KEYS[4], as it becomes final; _note.lua)
+--   and its extra: "" for none (the default), else the batch id (a batch child
+--   leaves its note "<bid> <jid> s" on P:{Q}:notes, derived from KEYS[4], as it
+--   becomes final; _note.lua), after a "!" when the task checkpointed (its
+--   state P:{Q}:state:<jid> is kept with its record, _ckpt.lua)
 --
 -- Reply: { fenced, first, lost, env_1, ..., env_n }, or with a spec
 --        { fenced, first, lost, wait, env_1, ..., env_n }
@@ -112,8 +114,15 @@ if #KEYS > 6 then
       if ARGV[at + 6] ~= '' then
         expire_unique(ARGV[at + 6], tonumber(ARGV[at + 4]))
       end
-      if ARGV[at + 7] ~= '' then
-        redis.call('LPUSH', string.sub(KEYS[4], 1, -6) .. 'notes', ARGV[at + 7] .. ' ' .. ARGV[at + 2] .. ' s')
+      local extra = ARGV[at + 7]
+      if extra ~= '' then
+        if string.byte(extra, 1) == 33 then -- "!": the state goes with the record
+          redis.call('PEXPIRE', string.sub(KEYS[4], 1, -6) .. 'state:' .. ARGV[at + 2], ARGV[at + 4])
+          extra = string.sub(extra, 2)
+        end
+        if extra ~= '' then
+          redis.call('LPUSH', string.sub(KEYS[4], 1, -6) .. 'notes', extra .. ' ' .. ARGV[at + 2] .. ' s')
+        end
       end
       index[#index + 1] = record
       jids[#jids + 1] = ARGV[at + 2]

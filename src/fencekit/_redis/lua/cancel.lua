@@ -31,6 +31,7 @@
 --!include _wake.lua
 --!include _slots.lua
 --!include _note.lua
+--!include _ckpt.lua
 local jid = ARGV[1]
 local state = redis.call('HGET', KEYS[1], 'state')
 if state and state ~= 'pending' and state ~= 'scheduled' and state ~= 'waiting' then
@@ -44,6 +45,7 @@ end
 local function cancelled(where, envelope, token)
   redis.call('HINCRBY', KEYS[4], 'cancelled', 1)
   note_final(KEYS[4], envelope, 'c')
+  drop_state(KEYS[4], envelope)
   if state then
     local now = now_ms()
     local keep = tonumber(redis.call('HGET', KEYS[1], 'keep') or '1')

@@ -26,6 +26,7 @@
 --!include _wake.lua
 --!include _slots.lua
 --!include _note.lua
+--!include _ckpt.lua
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 if not raw or redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then
   redis.call('HINCRBY', KEYS[2], 'fenced_out', 1)
@@ -34,6 +35,7 @@ end
 release_slot(queue_base(KEYS[1]), raw, ARGV[1])
 redis.call('HINCRBY', KEYS[2], ARGV[2], 1)
 note_final(KEYS[2], raw, 'c')
+drop_state(KEYS[2], raw)
 if KEYS[3] and redis.call('EXISTS', KEYS[3]) == 1 then
   local now = now_ms()
   local keep = tonumber(redis.call('HGET', KEYS[3], 'keep') or '0')

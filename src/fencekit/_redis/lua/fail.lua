@@ -38,6 +38,7 @@
 --!include _wake.lua
 --!include _slots.lua
 --!include _note.lua
+--!include _ckpt.lua
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 if not raw then
   redis.call('HINCRBY', KEYS[2], 'fenced_out', 1)
@@ -47,6 +48,7 @@ redis.call('HDEL', KEYS[1], ARGV[1])
 release_slot(queue_base(KEYS[1]), raw, ARGV[1])
 redis.call('HINCRBY', KEYS[2], 'failed', 1)
 note_final(KEYS[2], raw, 'f')
+drop_state(KEYS[2], raw)
 local now = now_ms()
 if ARGV[2] ~= '' then
   redis.call('HINCRBY', KEYS[2], 'dead', 1)

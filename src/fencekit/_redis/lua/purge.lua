@@ -11,6 +11,7 @@
 -- Reply: the number of tasks dropped.
 --!include _prio.lua
 --!include _note.lua
+--!include _ckpt.lua
 local total = 0
 for _, list in ipairs(waiting_lists(KEYS[1])) do
 local n = redis.call('LLEN', list)
@@ -21,6 +22,7 @@ if n > 0 then
     local items = redis.call('LRANGE', list, start, start + batch - 1)
     for _, envelope in ipairs(items) do
       note_final(KEYS[2], envelope, 'c')
+      drop_state(KEYS[2], envelope)
       local jid = string.match(envelope, '^{"jid":"([^"\\]+)"')
       if jid and string.find(envelope, '"keep":', 1, true) then
         local unique = redis.call('HGET', ARGV[1] .. jid, 'unique')

@@ -23,18 +23,22 @@
 --!include _fence_past.lua
 --!include _prio.lua
 --!include _slots.lua
-if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then
+--!include _ckpt.lua
+local old = redis.call('HGET', KEYS[1], ARGV[1])
+if not old then
   return redis.error_reply('FENCED delivery ' .. ARGV[1] .. ' is no longer in flight')
 end
-release_slot(queue_base(KEYS[1]), ARGV[2], ARGV[1])
-push_pending(KEYS[2], ARGV[2], true)
+redis.call('HDEL', KEYS[1], ARGV[1])
+local envelope = carry_mark(old, ARGV[2]) -- a checkpointed task resumes from its state
+release_slot(queue_base(KEYS[1]), envelope, ARGV[1])
+push_pending(KEYS[2], envelope, true)
 wake(KEYS[4])
 if ARGV[3] ~= '' then
   redis.call('HINCRBY', KEYS[3], ARGV[3], 1)
 end
 fence_past(KEYS[5], ARGV[1], ARGV[4])
 if KEYS[6] and redis.call('EXISTS', KEYS[6]) == 1 then
-  redis.call('HSET', KEYS[6], 'state', 'pending', 'env', ARGV[2], 'token', ARGV[1])
+  redis.call('HSET', KEYS[6], 'state', 'pending', 'env', envelope, 'token', ARGV[1])
   redis.call('HDEL', KEYS[6], 'due')
   note_run(KEYS[6], ARGV[1], now_ms(), ARGV[3] ~= '' and 'crashed' or 'returned', KEYS[1])
 end

@@ -17,17 +17,21 @@
 --!include _prio.lua
 --!include _wake.lua
 --!include _slots.lua
-if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then
+--!include _ckpt.lua
+local old = redis.call('HGET', KEYS[1], ARGV[1])
+if not old then
   redis.call('HINCRBY', KEYS[3], 'fenced_out', 1)
   return redis.error_reply('FENCED delivery ' .. ARGV[1] .. ' is no longer current')
 end
+redis.call('HDEL', KEYS[1], ARGV[1])
+local envelope = carry_mark(old, ARGV[3]) -- a checkpointed task resumes from its state
 local now = now_ms()
 local due = now + tonumber(ARGV[2])
-redis.call('ZADD', KEYS[2], due, ARGV[3])
+redis.call('ZADD', KEYS[2], due, envelope)
 redis.call('HINCRBY', KEYS[3], 'retried', 1)
-release_slot(queue_base(KEYS[1]), ARGV[3], ARGV[1])
+release_slot(queue_base(KEYS[1]), envelope, ARGV[1])
 if KEYS[4] and redis.call('EXISTS', KEYS[4]) == 1 then
-  redis.call('HSET', KEYS[4], 'state', 'scheduled', 'env', ARGV[3], 'due', due, 'token', ARGV[1],
+  redis.call('HSET', KEYS[4], 'state', 'scheduled', 'env', envelope, 'due', due, 'token', ARGV[1],
     'error', ARGV[4])
   note_run(KEYS[4], ARGV[1], now, 'retried', KEYS[1])
 end

@@ -219,6 +219,13 @@ def job_progress(*, inflight: str, record: str, token: int, progress: bytes) -> 
     return call("job_progress", (inflight, record), (token, progress))
 
 
+def checkpoint(
+    *, inflight: str, fence: str, state: str, stats: str, token: int, value: bytes, ttl_ms: int
+) -> Call:
+    """Store a running job's state while its delivery is current (``checkpoint.lua``); ``FENCED`` else."""
+    return call("checkpoint", (inflight, fence, state, stats), (token, value, ttl_ms))
+
+
 def job_set(*, inflight: str, fence: str, target: str, token: int, value: Arg) -> Call:
     """A running job's fenced SET of ``target``; error ``FENCED`` (``job_set.lua``)."""
     return call("job_set", (inflight, fence, target), (token, value))
