@@ -333,6 +333,11 @@ class KeySpace:
         return f"{self.prefix}:{{registry}}:consumers"
 
     @property
+    def paused(self) -> str:
+        """``P:{registry}:paused``: the names of the queues an operator paused (SET)."""
+        return f"{self.prefix}:{{registry}}:paused"
+
+    @property
     def beats(self) -> str:
         return f"{self.prefix}:{{registry}}:beats"
 

@@ -1,4 +1,5 @@
-"""``fencekit cancel``, ``purge``, ``dead-letters`` and ``failed``: the verbs that change a queue.
+"""``fencekit cancel``, ``purge``, ``pause``, ``resume``, ``dead-letters`` and ``failed``: the verbs
+that change a queue.
 
 Each is a thin layer over the ``Client``/``Queue`` API, so the command line
 does exactly what a program would. The destructive ones (``purge``,
@@ -100,6 +101,29 @@ async def _purge(ctx: Context, args: argparse.Namespace) -> int:
     else:
         ctx.out.line(f"purged {purged} waiting task(s) from {queue.name}")
     return Exit.OK
+
+
+# pause, resume ---------------------------------------------------------------------------
+
+
+def _queue_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("queue", metavar="QUEUE")
+
+
+def _pausing(paused: bool) -> Any:
+    async def run(ctx: Context, args: argparse.Namespace) -> int:
+        queue = await _queue(ctx, args.queue)
+        if queue is None:
+            return Exit.NOT_DONE
+        changed = await (queue.pause() if paused else queue.resume())
+        if ctx.out.as_json:
+            ctx.out.json({"queue": queue.name, "paused": paused, "changed": changed})
+        else:
+            state = "paused" if paused else "resumed"
+            ctx.out.line(f"{queue.name} {state}" if changed else f"{queue.name} was {state} already")
+        return Exit.OK
+
+    return run
 
 
 # dead-letters ---------------------------------------------------------------------------
@@ -273,6 +297,19 @@ VERBS = (
         "Drop every task waiting in QUEUE (not scheduled or running ones; counters are kept).",
         _purge_arguments,
         _purge,
+    ),
+    Verb(
+        "pause",
+        "Pause QUEUE on every host: within about a second no consumer claims from it (running tasks "
+        "go on, enqueues are accepted) until `fencekit resume QUEUE`.",
+        _queue_argument,
+        _pausing(True),
+    ),
+    Verb(
+        "resume",
+        "Resume a paused QUEUE: consumers claim from it again within about a second.",
+        _queue_argument,
+        _pausing(False),
     ),
     Verb(
         "dead-letters",

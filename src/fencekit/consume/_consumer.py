@@ -16,14 +16,13 @@ millisecond of its enqueue.
 
 This module is the loop and the consumer's lifetime (start, stop, running
 tasks). Every task of the consumer -- one per job, its turn loop, the waker,
-the cancel listener, the deadline watch -- is a task of its
-:class:`~fencekit._aio.scope.TaskScope` (nested in its host's), closed when
-:meth:`Consumer.run` ends; three parts live beside it as base classes of
-:class:`Consumer`: building a turn and absorbing its replies
-(:mod:`fencekit.consume._turns`), the idle side of the waker -- the claims
-written behind its ``BLPOP``, rate-limit pauses (:mod:`fencekit.consume._wake_claims`)
--- and giving back what it holds, at a stop within
-:data:`~fencekit.consume._returns.RETURN_WAIT` of the grace (:mod:`fencekit.consume._returns`).
+the cancel listener, the paused-queue watch (:mod:`fencekit.consume._holds`),
+the deadline watch -- is a task of its :class:`~fencekit._aio.scope.TaskScope`
+(nested in its host's), closed when :meth:`Consumer.run` ends. Beside it, as
+base classes: building a turn and absorbing its replies (:mod:`~fencekit.consume._turns`),
+the idle side of the waker -- claims behind its ``BLPOP``, rate-limit and
+operator pauses (:mod:`~fencekit.consume._wake_claims`) -- and giving back what
+it holds at a stop (:mod:`~fencekit.consume._returns`).
 
 Failures: a turn that fails keeps its outcomes for the next turn (an ack that
 did land is refused the second time and counted as ``fenced_out``, never as
@@ -39,6 +38,7 @@ A stale delivery -- one reaped or returned while it ran -- settles as
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
@@ -58,6 +58,7 @@ from fencekit._redis.run import Durability
 from fencekit._redis.url import RedisTarget
 from fencekit.consume._cancels import CancelListener
 from fencekit.consume._durable import confirm_settled
+from fencekit.consume._holds import QueueHolds
 from fencekit.consume._observe import Observer
 from fencekit.consume._outbox import Outbox
 from fencekit.consume._perform import ConsumerStats, Performer
@@ -126,11 +127,12 @@ class Consumer(Turns, WakeClaims, Returns):
         self._lease_ok = lease_ok or (lambda: True)
         self._on_turn = on_turn
         self._qkeys = {q: keys.queue(q) for q in self.queues}
-        # flow control (queue.flow): the claim spec of each queue with a rate-limited or keyed
-        # worker, and the queues whose claims pause until a token (-> the wait in ms); a queue
-        # without a spec takes the plain path, unchanged
+        # flow control (queue.flow): the claim spec of each queue with a rate-limited or keyed worker
+        # (the others take the plain path), the queues waiting for a token (-> ms), those an operator
+        # paused (consume._holds)
         self._flow = flow_specs(registry, self._qkeys)
         self._paused: dict[str, int] = {}
+        self._held, self._holds = frozenset(), QueueHolds(redis_client, keys, self.queues, logger, self._hold)
         self._inflight = {q: k.inflight(consumer_id) for q, k in self._qkeys.items()}
         self._running: dict[tuple[str, int], asyncio.Task[None]] = {}
         self.outbox = Outbox(self.queues, self._ack_claim_call)
@@ -217,6 +219,7 @@ class Consumer(Turns, WakeClaims, Returns):
         if not self.queues:
             raise ConfigError("consumer has no queues: register at least one worker")
         self._event_loop = asyncio.get_running_loop()
+        await self._watch_holds()
         waker = self._spawn(self._waker.run(), name=f"fencekit-wake-{self.consumer_id}")
         cancels = self._spawn(self._cancels.run(), name=f"fencekit-cancels-{self.consumer_id}")
         self._turns = turns = self._spawn(
@@ -400,9 +403,8 @@ class Consumer(Turns, WakeClaims, Returns):
         return self._link
 
     async def _back_off(self, delay: float) -> None:
-        """Wait a failed turn's back-off, cut short when Redis answers again: another loop of this
-        process reached it (the outage sets ``_event``), or the lease came back (a heartbeat landed:
-        in a pool, the supervisor's, seen on the board)."""
+        """Wait a failed turn's back-off, cut short when Redis answers again (the outage sets
+        ``_event``) or the lease came back (a heartbeat landed: in a pool, seen on the board)."""
         if not self._lease_blocked:
             await self._sleep_or_stop(delay)
             return
@@ -414,7 +416,5 @@ class Consumer(Turns, WakeClaims, Returns):
 
     async def _sleep_or_stop(self, delay: float) -> None:
         self._event.clear()
-        try:
+        with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._event.wait(), delay)
-        except asyncio.TimeoutError:
-            pass

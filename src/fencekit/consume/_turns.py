@@ -48,6 +48,7 @@ class Turns:
     _rotation: int
     _empty: set[str]
     _paused: dict[str, int]
+    _held: frozenset[str]
     _running: dict[tuple[str, int], asyncio.Task[None]]
     _reserved: int
     _stopping: bool
@@ -87,7 +88,9 @@ class Turns:
         they were all drained (round-robin, docs/guides/flow.md). One read-only call
         (one per queue on a Redis Cluster, whose queues are in several slots).
         """
-        empty = tuple(q for q in self._qkeys if q in self._empty and q not in self._paused)
+        empty = tuple(
+            q for q in self._qkeys if q in self._empty and q not in self._paused and q not in self._held
+        )
         if not empty:
             return
         groups = [(q,) for q in empty] if self._cluster else [empty]
@@ -119,7 +122,7 @@ class Turns:
         n = len(order)
         for i in range(n):
             queue = order[(self._rotation + i) % n]
-            if queue not in self._empty and queue not in self._paused:
+            if queue not in self._empty and queue not in self._paused and queue not in self._held:
                 self._rotation = (self._rotation + i + 1) % n
                 return queue
         return None

@@ -22,16 +22,19 @@ which owns the state named below.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fencekit._redis import scripts
 from fencekit._redis.link import Link
+from fencekit.consume._holds import QueueHolds
 from fencekit.consume._observe import Observer
 from fencekit.consume._outbox import AckClaim
 from fencekit.consume._perform import ConsumerStats
 from fencekit.consume._waker import WAKE_CLAIM_QUEUES, Waker
+from fencekit.errors import StoreError
 
 
 class WakeClaims:
@@ -47,6 +50,10 @@ class WakeClaims:
     _rotation: int
     _empty: set[str]
     _paused: dict[str, int]
+    _held: frozenset[str]
+    _holds: QueueHolds
+    consumer_id: str
+    _spawn: Callable[..., asyncio.Task[Any]]
     _running: dict[tuple[str, int], asyncio.Task[None]]
     _reserved: int
     _stopping: bool
@@ -68,7 +75,7 @@ class WakeClaims:
         idle = (
             not self._stopping
             and len(self._running) < self.concurrency
-            and all(q in self._empty for q in self.queues)
+            and all(q in self._empty or q in self._held for q in self.queues)
         )
         if idle:
             self._waker.wanted.set()
@@ -85,16 +92,19 @@ class WakeClaims:
         """
         if self._stopping or self.link_kind != "lean" or len(self.queues) > WAKE_CLAIM_QUEUES:
             return None
-        if not all(q in self._empty for q in self.queues):
+        if not all(q in self._empty or q in self._held for q in self.queues):
             return None  # busy: the loop claims; the waker only waits
         if self._paused:
             return None  # a rate-limited queue waits for its token: its timer wakes the loop
         free = min(self.concurrency - len(self._running) - self._reserved, self.max_claim)
         if free <= 0 or not self._lease_ok():
             return None
-        n = len(self.queues)
+        open_queues = [q for q in self.queues if q not in self._held]  # a paused queue: no claims
+        n = len(open_queues)
+        if not n:
+            return None
         per = max(1, free // n)
-        items = [AckClaim(self.queues[(self._rotation + i) % n], [], per) for i in range(min(n, free))]
+        items = [AckClaim(open_queues[(self._rotation + i) % n], [], per) for i in range(min(n, free))]
         self._reserved = per * len(items)
         return [(item, self._ack_claim_call(item.queue, item.want, (), ())) for item in items]
 
@@ -137,6 +147,20 @@ class WakeClaims:
     def _resume(self, queue: str) -> None:
         self._paused.pop(queue, None)
         self._woken(queue)
+
+    async def _watch_holds(self) -> None:
+        """Read the paused queues before the first claim, then watch them (consume._holds)."""
+        with contextlib.suppress(StoreError):  # Redis away: the turns report it
+            await self._holds.read()
+        self._spawn(self._holds.run(), name=f"fencekit-holds-{self.consumer_id}")
+
+    def _hold(self, held: frozenset[str]) -> None:
+        """The queues an operator paused are now ``held`` (consume._holds): a resumed one is looked at."""
+        resumed = self._held - held
+        self._held = held
+        self._empty.difference_update(resumed)
+        if resumed:
+            self._event.set()
 
     def _woken(self, queue: str | None) -> None:
         """The waker saw work in ``queue`` (None: look at every queue again)."""

@@ -37,7 +37,10 @@ __all__ = [
     "failed_count",
     "history",
     "in_flight",
+    "is_paused",
     "length",
+    "pause",
+    "paused_queues",
     "pending",
     "purge",
     "retry_failed",
@@ -182,6 +185,21 @@ def history(keys: KeySpace, queues: Sequence[str], window: str) -> Steps[History
 def purge(qk: QueueKeys) -> Steps[int]:
     call = scripts.purge(pending=qk.pending, stats=qk.stats, record_prefix=qk.job(""))
     return int((yield from _one(call)))
+
+
+def pause(keys: KeySpace, name: str, paused: bool) -> Steps[bool]:
+    """Pause (or resume) queue ``name`` on every host: True if this changed it (consume._holds)."""
+    return bool(int((yield from _one(cmd("sadd" if paused else "srem", keys.paused, name)))))
+
+
+def is_paused(keys: KeySpace, name: str) -> Steps[bool]:
+    return bool(int((yield from _one(cmd("sismember", keys.paused, name)))))
+
+
+def paused_queues(keys: KeySpace) -> Steps[list[str]]:
+    """The names of the paused queues, sorted."""
+    names = yield from _one(cmd("smembers", keys.paused))
+    return sorted(as_text(n) for n in names)
 
 
 def in_flight(keys: KeySpace, qk: QueueKeys) -> Steps[int]:

@@ -109,6 +109,20 @@ class Queue:
         """Drop every waiting task (not scheduled ones, not counters); return how many."""
         return await self._run(steps.purge(self._qk))
 
+    async def pause(self) -> bool:
+        """Stop every consumer on every host from claiming from this queue, within about a second
+        (running tasks go on; enqueues are accepted; it holds across restarts). True if it was
+        not paused."""
+        return await self._run(steps.pause(self._keys, self.name, True))
+
+    async def resume(self) -> bool:
+        """Let consumers claim from this queue again; True if it was paused."""
+        return await self._run(steps.pause(self._keys, self.name, False))
+
+    async def paused(self) -> bool:
+        """True while the queue is paused (:meth:`pause`)."""
+        return await self._run(steps.is_paused(self._keys, self.name))
+
     async def in_flight(self) -> int:
         """How many tasks of this queue registered consumers are running now."""
         return await self._run(steps.in_flight(self._keys, self._qk))

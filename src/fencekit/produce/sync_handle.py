@@ -88,6 +88,17 @@ class SyncQueue:
         """Drop every waiting task (not scheduled ones, not counters); return how many."""
         return self._run(steps.purge(self._qk))
 
+    def pause(self) -> bool:
+        """:meth:`Queue.pause <fencekit.produce.handle.Queue.pause>`: no claims from it on any host."""
+        return self._run(steps.pause(self._keys, self.name, True))
+
+    def resume(self) -> bool:
+        """:meth:`Queue.resume <fencekit.produce.handle.Queue.resume>`."""
+        return self._run(steps.pause(self._keys, self.name, False))
+
+    def paused(self) -> bool:
+        return self._run(steps.is_paused(self._keys, self.name))
+
     def in_flight(self) -> int:
         """How many tasks of this queue registered consumers are running now."""
         return self._run(steps.in_flight(self._keys, self._qk))
