@@ -15,6 +15,7 @@
     ├── EncodeError (TypeError)      a value the RESP encoder cannot frame
     ├── StoreError                   Redis failed, timed out or went away mid-call
     │   └── DurabilityError          accepted by the master, not confirmed by enough replicas
+    ├── Interrupted                  checkpoint() while the process stops: back to the queue, no attempt
     ├── NoCurrentJob (RuntimeError)  current_job() outside a running job
     ├── JobNotFound (LookupError)    no record of that jid: never kept, or forgotten
     ├── JobFailed                    Client.result() of a task that failed (.error)
@@ -49,6 +50,7 @@ __all__ = [
     "FencedOutError",
     "IdempotencyNotOwned",
     "IdempotencyResultMissing",
+    "Interrupted",
     "JobCancelled",
     "JobExpired",
     "JobFailed",
@@ -139,6 +141,12 @@ class DurabilityError(StoreError):
     def __init__(self, message: str, confirmed: int = 0) -> None:
         super().__init__(message)
         self.confirmed = confirmed
+
+
+class Interrupted(FenceKitError):
+    """Raised by ``checkpoint()`` (and an ``iterate`` step) while the process stops: the state is
+    stored, and the task goes back to its queue without counting an attempt, to resume from it.
+    Let it propagate: a job that swallows it keeps the stop waiting (and is logged)."""
 
 
 class NoCurrentJob(FenceKitError, RuntimeError):

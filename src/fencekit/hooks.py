@@ -97,7 +97,9 @@ class FenceKitHooks:
     ``on_retried``, ``on_fenced_out`` (Redis refused the outcome: the
     delivery was reaped or returned while it ran), ``on_cancelled`` (a
     client's ``cancel()`` stopped it), ``on_returned`` (the consumer
-    stopped while it ran: back to its queue unchanged) and ``on_reaped``
+    stopped while it ran: back to its queue unchanged), ``on_interrupted`` (a stop
+    interrupted it at a checkpoint: back to its queue, no attempt counted, to
+    resume from its state) and ``on_reaped``
     (the reaper took it from a dead consumer). ``trace_enqueue(queue,
     operation, jid)`` is called as a task is encoded and may return a W3C
     ``traceparent`` to carry in the envelope (``None``: carry none).
@@ -119,6 +121,7 @@ class FenceKitHooks:
     on_fenced_out: Callable[[JobEvent], None] | None = None
     on_cancelled: Callable[[JobEvent], None] | None = None
     on_returned: Callable[[JobEvent], None] | None = None
+    on_interrupted: Callable[[JobEvent], None] | None = None
     on_reaped: Callable[[JobEvent], None] | None = None
     trace_enqueue: Callable[[str, str, str], str | None] | None = None
     _errors: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)

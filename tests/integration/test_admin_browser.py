@@ -224,8 +224,8 @@ async def test_chromium_renders_the_dashboard_with_escaped_hostile_strings(
     assert "script" not in page.tags
     assert "b" not in page.tags
     # find a task; cancel the running one; run the scheduled one now, or delete it; re-enqueue
-    # the dead letter; run the kept failure again
-    assert page.tags.count("form") == 6
+    # the dead letter; run the kept failure again; and a Pause form per queue row (four)
+    assert page.tags.count("form") == 10
     assert "Latest failures" in text
     assert "RuntimeError: smtp refused" in text
     running = text.split("Running")[1].split("Scheduled next")[0]

@@ -526,6 +526,8 @@ def every_call(keys: KeySpace, queue: str) -> dict[str, scripts.Call]:
             token=2,
             value=b"{}",
             ttl_ms=1000,
+            record=qk.job("jid-1"),
+            progress=b"{}",
         ),
         "dep_wait": scripts.dep_wait(
             waiting=qk.waiting(),

@@ -16,7 +16,7 @@ millisecond of its enqueue.
 
 This module is the loop and the consumer's lifetime (start, stop, running
 tasks). Every task of the consumer -- one per job, its turn loop, the waker,
-the cancel listener, the paused-queue watch (:mod:`fencekit.consume._holds`),
+the cancel listener, the paused-queue watch (:class:`~fencekit.consume._wake_claims.QueueHolds`),
 the deadline watch -- is a task of its :class:`~fencekit._aio.scope.TaskScope`
 (nested in its host's), closed when :meth:`Consumer.run` ends. Beside it, as
 base classes: building a turn and absorbing its replies (:mod:`~fencekit.consume._turns`),
@@ -57,17 +57,15 @@ from fencekit._redis.link import Link, open_link
 from fencekit._redis.run import Durability
 from fencekit._redis.url import RedisTarget
 from fencekit.consume._cancels import CancelListener
-from fencekit.consume._durable import confirm_settled
-from fencekit.consume._holds import QueueHolds
 from fencekit.consume._observe import Observer
 from fencekit.consume._outbox import Outbox
 from fencekit.consume._perform import ConsumerStats, Performer
 from fencekit.consume._refusals import Refusals
 from fencekit.consume._returns import RETURN_WAIT, Returns
-from fencekit.consume._settle import Retention
+from fencekit.consume._settle import Retention, confirm_settled
 from fencekit.consume._threads import DEFAULT_SYNC_CONCURRENCY
 from fencekit.consume._turns import Turns
-from fencekit.consume._wake_claims import WakeClaims
+from fencekit.consume._wake_claims import QueueHolds, WakeClaims
 from fencekit.consume._waker import IDLE_POLL, Waker
 from fencekit.errors import ConfigError, StoreError
 from fencekit.hooks import FenceKitHooks, check_hooks
@@ -124,12 +122,11 @@ class Consumer(Turns, WakeClaims, Returns):
         self.link_kind: str = settings["link"]
         self.durable = Durability.of(settings["durable_replicas"], settings["durable_timeout"])
         self.stats = ConsumerStats()
-        self._lease_ok = lease_ok or (lambda: True)
-        self._on_turn = on_turn
+        self._lease_ok, self._on_turn = lease_ok or (lambda: True), on_turn
         self._qkeys = {q: keys.queue(q) for q in self.queues}
         # flow control (queue.flow): the claim spec of each queue with a rate-limited or keyed worker
         # (the others take the plain path), the queues waiting for a token (-> ms), those an operator
-        # paused (consume._holds)
+        # paused (_wake_claims.QueueHolds)
         self._flow = flow_specs(registry, self._qkeys)
         self._paused: dict[str, int] = {}
         self._held, self._holds = frozenset(), QueueHolds(redis_client, keys, self.queues, logger, self._hold)
@@ -203,6 +200,7 @@ class Consumer(Turns, WakeClaims, Returns):
             sync_concurrency=settings.get("sync_concurrency", DEFAULT_SYNC_CONCURRENCY),
             scope=self.scope,
             cluster=target.is_cluster,
+            stopping=lambda: self._stopping,
         )
 
     # public ---------------------------------------------------------------

@@ -95,6 +95,32 @@ class Outcomes:
         )
         self.outbox.ack(queue, token, envelope.jid, ack)
 
+    def _interrupted(self, queue: str, token: int, envelope: codec.Envelope) -> None:
+        """A stop interrupted it at a checkpoint: back to the head of its queue with the same
+        attempt, to resume from its state (its record's runs say "interrupted")."""
+        self.logger.info("task %s interrupted by the stop at a checkpoint: back to %s", envelope.jid, queue)
+        if self.observer is not None:
+            self.observer.decided(queue, token, "interrupted")
+        delivery = self.delivery(queue, token)
+        call = settle.requeue(
+            self.keys,
+            delivery,
+            envelope.encode(),
+            jid=envelope.jid,
+            counter="",
+            retention=self.retention,
+            run="interrupted",
+        )
+        self.outbox.settle(queue, token, call, envelope.jid)
+        self.wake()
+
+    def _swallowed(self, jid: str) -> None:
+        self.logger.warning(
+            "task %s caught fencekit.Interrupted and went on: its process's stop waited for it "
+            "(let Interrupted propagate: the task resumes from its checkpoint, no attempt lost)",
+            jid,
+        )
+
     def _expired(self, queue: str, token: int, envelope: codec.Envelope) -> None:
         self.stats.expired += 1
         if self.lines.on:

@@ -39,7 +39,7 @@ from fencekit.consume._outcomes import Outcomes
 from fencekit.consume._settle import Retention
 from fencekit.consume._threads import DEFAULT_SYNC_CONCURRENCY, SyncRunner
 from fencekit.consume.job import Job, JobSite, fenced_writes, set_current
-from fencekit.errors import CrossSlotWrite, FencedOutError, PayloadError, StoreError
+from fencekit.errors import CrossSlotWrite, FencedOutError, Interrupted, PayloadError, StoreError
 from fencekit.jobs import codec
 from fencekit.jobs._binding import Unbound
 from fencekit.jobs.histogram import DurationHistogram, QueueDurations
@@ -118,6 +118,7 @@ class Performer(Outcomes):
         sync_concurrency: int = DEFAULT_SYNC_CONCURRENCY,
         scope: TaskScope | None = None,
         cluster: bool = False,
+        stopping: Callable[[], bool] = lambda: False,
     ) -> None:
         """``scope``: the consumer's task scope (the deadline watch runs in it); ``cluster``: on a
         Redis Cluster (a job's fenced write must then share its queue's slot)."""
@@ -149,6 +150,7 @@ class Performer(Outcomes):
                 keys.queue(q),
                 fenced_writes(run_call),
                 slot_of(hash_key) if cluster else None,
+                stopping,
             )
             for q, hash_key in inflight.items()
         }
@@ -198,6 +200,7 @@ class Performer(Outcomes):
             envelope.batch,
             envelope.parents,
             state,
+            spec.pace,
         )
         set_current(job)
         if self.observer is not None:
@@ -225,6 +228,11 @@ class Performer(Outcomes):
                 result = await spec.perform(envelope.params)
             else:
                 result = await call.run(envelope.params, self.threads)
+        except Interrupted:  # a stop, at a checkpoint: back to the queue, no attempt counted
+            if self._settled_elsewhere(queue, token, envelope, job, returned=False):
+                return
+            self._interrupted(queue, token, envelope)
+            return
         except asyncio.CancelledError:
             if self._settled_elsewhere(queue, token, envelope, job, returned=False):
                 return
@@ -232,6 +240,8 @@ class Performer(Outcomes):
                 self.observer.ended_here(queue, token, "returned")
             raise  # stopping: the task goes back to its queue with the same attempt
         except Exception as exc:
+            if job._interrupted:
+                self._swallowed(envelope.jid)
             if self._settled_elsewhere(queue, token, envelope, job, returned=False):
                 return
             if type(exc) is Unbound:  # the params do not fit the function: bad input, not a failure
@@ -258,6 +268,8 @@ class Performer(Outcomes):
         if plain and not job._checkpointed:
             self.outbox.ack(queue, token, envelope.jid)
         else:
+            if job._interrupted:
+                self._swallowed(envelope.jid)
             keep = spec.keep_ms if spec.keep_ms is not None else envelope.keep
             checkpointed = job.checkpointed or envelope.ckpt
             if keep or envelope.keep or checkpointed:  # a state goes with the record (lua/_ckpt.lua)

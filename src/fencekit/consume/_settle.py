@@ -11,6 +11,7 @@ call acts only while the :class:`Delivery` is still in flight (invariant I3).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -20,7 +21,9 @@ import orjson
 
 from fencekit._redis import scripts
 from fencekit._redis.keys import KeySpace, is_jid
-from fencekit.errors import PayloadError
+from fencekit._redis.link import Link, wait_replicas
+from fencekit._redis.run import Durability
+from fencekit.errors import PayloadError, StoreError
 from fencekit.jobs import codec
 from fencekit.jobs._ids import uuid7
 from fencekit.jobs.records import JobError, encode_error
@@ -32,6 +35,7 @@ __all__ = [
     "Verdict",
     "after_crash",
     "after_stop",
+    "confirm_settled",
     "corrupt",
     "delivery_token",
     "drop",
@@ -224,8 +228,10 @@ def requeue(
     jid: str | None,
     counter: str,
     retention: Retention,
+    run: str = "",
 ) -> scripts.Call:
-    """Return to the head of the queue (``counter`` "retried" for crashes, "" otherwise)."""
+    """Return to the head of the queue (``counter`` "retried" for crashes, "" otherwise; ``run``
+    "interrupted" for a task a stop interrupted at a checkpoint)."""
     qk = keys.queue(delivery.queue)
     return scripts.requeue(
         inflight=delivery.inflight,
@@ -238,6 +244,7 @@ def requeue(
         counter=counter,
         fence_ttl_ms=retention.fence_ttl_ms,
         record=keys.queue(delivery.queue).job(jid) if is_jid(jid) else None,
+        run=run,
     )
 
 
@@ -338,3 +345,22 @@ def after_stop(keys: KeySpace, delivery: Delivery, *, retention: Retention) -> V
     jid = codec.peek_jid(delivery.raw)
     call = requeue(keys, delivery, delivery.raw, jid=jid, counter="", retention=retention)
     return Verdict(call, jid, True, "returned unfinished at shutdown")
+
+
+# durable settlements (durable_replicas): scripts cannot WAIT themselves, so the consumer asks after
+# the round trip; too few confirmations are a WARNING (the settlement landed; a failover could undo it)
+async def confirm_settled(link: Link, durable: Durability, logger: logging.Logger) -> None:
+    """``WAIT`` for ``durable.replicas``; say so when fewer confirm in time or Redis fails."""
+    try:
+        confirmed = await wait_replicas(link, durable)
+    except StoreError as exc:
+        logger.warning("could not wait for %d replica(s) after settling tasks: %s", durable.replicas, exc)
+        return
+    if confirmed < durable.replicas:
+        logger.warning(
+            "settlements confirmed by %d of %d replica(s) within %d ms: a failover now could undo them "
+            "(those tasks would run again)",
+            confirmed,
+            durable.replicas,
+            durable.timeout_ms,
+        )

@@ -15,6 +15,14 @@ lease, not stopping, over the lean link and with at most
 are absorbed; a wake connection lost with claims written makes the consumer
 reconcile (they may have run).
 
+Paused queues: ``client.queue(name).pause()`` adds the name to the set
+``P:{registry}:paused`` (kept across a Redis restart with an AOF, as every
+key). :class:`QueueHolds` reads it when the consumer starts, before its first
+claim, and every :data:`POLL` seconds; the consumer claims from no queue in it
+(running tasks go on; enqueues are accepted), so a pause takes hold on every
+host within about :data:`POLL` seconds at no cost on the claim path. A read
+that fails keeps the last answer (the turns report Redis going away).
+
 :class:`WakeClaims` is a base class of :class:`~fencekit.consume._consumer.Consumer`,
 which owns the state named below.
 """
@@ -23,13 +31,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+import redis.asyncio
+
 from fencekit._redis import scripts
+from fencekit._redis.keys import KeySpace
 from fencekit._redis.link import Link
-from fencekit.consume._holds import QueueHolds
+from fencekit._redis.run import as_text
+from fencekit._redis.steps import Batch, arun_batch, cmd
 from fencekit.consume._observe import Observer
 from fencekit.consume._outbox import AckClaim
 from fencekit.consume._perform import ConsumerStats
@@ -149,13 +162,13 @@ class WakeClaims:
         self._woken(queue)
 
     async def _watch_holds(self) -> None:
-        """Read the paused queues before the first claim, then watch them (consume._holds)."""
+        """Read the paused queues before the first claim, then watch them (QueueHolds, below)."""
         with contextlib.suppress(StoreError):  # Redis away: the turns report it
             await self._holds.read()
         self._spawn(self._holds.run(), name=f"fencekit-holds-{self.consumer_id}")
 
     def _hold(self, held: frozenset[str]) -> None:
-        """The queues an operator paused are now ``held`` (consume._holds): a resumed one is looked at."""
+        """The queues an operator paused are now ``held`` (QueueHolds, below): a resumed one is looked at."""
         resumed = self._held - held
         self._held = held
         self._empty.difference_update(resumed)
@@ -169,3 +182,52 @@ class WakeClaims:
         else:
             self._empty.discard(queue)
         self._event.set()
+
+
+# paused queues ---------------------------------------------------------------------------
+
+POLL = 0.5
+"""Seconds between two reads of the paused set by one consumer."""
+
+
+class QueueHolds:
+    """The paused ones among ``queues`` (see the module docstring); ``on_change`` is told the new set."""
+
+    def __init__(
+        self,
+        client: redis.asyncio.Redis,
+        keys: KeySpace,
+        queues: Sequence[str],
+        logger: logging.Logger,
+        on_change: Callable[[frozenset[str]], None],
+    ) -> None:
+        self.client = client
+        self.keys = keys
+        self.queues = frozenset(queues)
+        self.logger = logger
+        self.on_change = on_change
+        self.held: frozenset[str] = frozenset()
+
+    async def read(self) -> frozenset[str]:
+        """Read the set once and tell ``on_change`` if it changed; raises StoreError."""
+        (names,) = await arun_batch(self.client, Batch([cmd("smembers", self.keys.paused)]))
+        held = frozenset(as_text(n) for n in names) & self.queues
+        if held != self.held:
+            for queue in sorted(held - self.held):
+                self.logger.warning("queue %s is paused: no claims from it until it is resumed", queue)
+            for queue in sorted(self.held - held):
+                self.logger.info("queue %s is resumed", queue)
+            self.held = held
+            self.on_change(held)
+        return held
+
+    async def run(self) -> None:
+        """Read every :data:`POLL` s until cancelled."""
+        while True:
+            await asyncio.sleep(POLL)
+            try:
+                await self.read()
+            except StoreError:
+                pass  # Redis away: the turns say so; the last answer stands
+            except Exception:  # a bug must not end the watch silently
+                self.logger.exception("reading the paused queues failed (trying again)")

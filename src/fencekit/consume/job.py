@@ -20,7 +20,7 @@ the same coroutine on the job's event loop and wait for it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
 from contextvars import ContextVar
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
@@ -32,7 +32,8 @@ from fencekit._redis.cluster.routing import slot_of
 from fencekit._redis.keys import QueueKeys, job_resource
 from fencekit._redis.run import translate_reply
 from fencekit._redis.scripts import Call
-from fencekit.errors import CrossSlotWrite, FencedOutError, NoCurrentJob, PayloadError
+from fencekit.consume._iterate import walk, walk_sync
+from fencekit.errors import CrossSlotWrite, FencedOutError, Interrupted, NoCurrentJob, PayloadError
 from fencekit.jobs.codec import check_params
 from fencekit.jobs.records import encode_progress
 from fencekit.primitives.fence import FenceRules
@@ -90,6 +91,7 @@ class JobSite(NamedTuple):
     keys: QueueKeys  # the queue's keys: where a job's record is
     writes: Coalescer[Write, None]  # the consumer's fenced writes (fenced_writes)
     slot: int | None = None  # on a Redis Cluster: the queue's hash slot (a write's key must share it)
+    stopping: Callable[[], bool] = lambda: False  # its consumer is stopping (a checkpoint interrupts)
 
 
 class Job:
@@ -105,8 +107,10 @@ class Job:
         "_batch",
         "_checkpointed",
         "_delivery",
+        "_interrupted",
         "_jid",
         "_operation",
+        "_pace",
         "_params",
         "_parents",
         "_refused",
@@ -126,6 +130,7 @@ class Job:
         batch: str | None = None,
         parents: dict[str, Any] | None = None,
         state: Any = None,
+        pace: tuple[int, float] = (100, 5.0),
     ) -> None:
         self._jid = jid
         self._operation = operation
@@ -139,6 +144,8 @@ class Job:
         self._parents = parents
         self._state = state
         self._checkpointed = False
+        self._interrupted = False
+        self._pace = pace
 
     @property
     def jid(self) -> str:
@@ -184,6 +191,11 @@ class Job:
         """True once this delivery stored a checkpoint, or it resumed from one."""
         return self._checkpointed or self._state is not None
 
+    @property
+    def stopping(self) -> bool:
+        """True once its process is stopping: its next checkpoint raises ``Interrupted``."""
+        return self._site.stopping()
+
     async def checkpoint(self, state: Any) -> None:
         """Store ``state`` (plain JSON) for this task while this delivery is its current one.
 
@@ -193,8 +205,13 @@ class Job:
         this raises :class:`~fencekit.errors.FencedOutError`, so a stale run stops and
         never overwrites a newer checkpoint. ``state`` is bounded by ``max_payload``
         (:class:`~fencekit.errors.PayloadError` above it). One script call
-        (``checkpoint.lua``), one round trip.
+        (``checkpoint.lua``), one round trip. While the process stops, the state is
+        stored and then :class:`~fencekit.errors.Interrupted` is raised: let it propagate,
+        the task goes back to its queue without counting an attempt, to resume from it.
         """
+        await self._store(state, None)
+
+    async def _store(self, state: Any, progress: tuple[float, str] | None) -> None:
         self._check_current()
         site = self._site
         check_params(state, "state")
@@ -213,6 +230,8 @@ class Job:
             token=self._delivery,
             value=value,
             ttl_ms=STATE_TTL_MS,
+            record=site.keys.job(self._jid) if progress is not None else None,
+            progress=encode_progress(*progress) if progress is not None else b"",
         )
         try:
             await site.run(call)
@@ -221,10 +240,45 @@ class Job:
             raise
         self._state = state
         self._checkpointed = True
+        if site.stopping():
+            self._interrupted = True
+            raise Interrupted(f"task {self._jid}: its process is stopping; it resumes from this checkpoint")
 
     def checkpoint_sync(self, state: Any) -> None:
         """:meth:`checkpoint` from a sync task's thread: blocks until Redis answered."""
         _blocking(self.checkpoint(state))
+
+    def _store_sync(self, state: Any, progress: tuple[float, str] | None) -> None:
+        _blocking(self._store(state, progress))
+
+    def iterate(
+        self,
+        source: Sequence[Any] | Callable[[Any], Any],
+        *,
+        cursor: Any = None,
+        every: int | None = None,
+        seconds: float | None = None,
+    ) -> AsyncIterator[Any]:
+        """``async for item in current_job().iterate(source)``: walk ``source`` -- a sequence, or
+        ``fetch(cursor) -> (items, next_cursor)`` (async or not; ``next_cursor`` None ends it) --
+        from where the task's last checkpoint left it, checkpointing every ``every`` items or
+        ``seconds`` seconds (default: the worker's ``checkpoint_every``, ``checkpoint_seconds``).
+        ``cursor``: where a first delivery starts. Progress (done of total) is reported with each
+        checkpoint of a sequence. See :mod:`fencekit.consume._iterate`."""
+        n, s = self._pace
+        return walk(self, source, cursor, every or n, seconds or s)
+
+    def iterate_sync(
+        self,
+        source: Sequence[Any] | Callable[[Any], Any],
+        *,
+        cursor: Any = None,
+        every: int | None = None,
+        seconds: float | None = None,
+    ) -> Iterator[Any]:
+        """:meth:`iterate` for a sync task (a plain ``def``): ``for item in job.iterate_sync(source)``."""
+        n, s = self._pace
+        return walk_sync(self, source, cursor, every or n, seconds or s)
 
     @property
     def token(self) -> FenceToken:

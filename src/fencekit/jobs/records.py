@@ -197,7 +197,7 @@ def _token(value: Any) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-_SAME_NUMBER_NEXT = ("returned",)  # the run after one of these has the same number
+_SAME_NUMBER_NEXT = ("returned", "interrupted")  # the run after one of these has the same number
 
 
 def _runs(value: Any, attempt: int, done: list[str] | None) -> tuple[Run, ...]:

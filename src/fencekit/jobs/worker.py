@@ -25,7 +25,9 @@ on the Redis, enforced when claiming, docs/guides/flow.md), ``max_concurrency``
 (an int >= 1, default None) with ``concurrency_key`` (a function of the
 params returning the key, e.g. ``lambda p: p["tenant"]``; a task function's
 ``build``/``enqueue`` applies it): at most that many tasks of one key run at
-once across every process (docs/guides/flow.md), and the periodic options
+once across every process (docs/guides/flow.md), ``checkpoint_every`` (an int
+>= 1, default 100) and ``checkpoint_seconds`` (default 5): how often
+``current_job().iterate`` checkpoints its cursor (docs/guides/long-jobs.md), and the periodic options
 ``cron``/``every``, ``cron_params``, ``cron_tz``, ``cron_catch_up``
 (:mod:`fencekit.jobs.periodic`: a schedule whose ticks the ``Server`` or
 the pool's supervisor enqueues, each once across every host). Workers are
@@ -121,6 +123,8 @@ class WorkerOptions(TypedDict, total=False):
     rate_limit: str | None
     concurrency_key: Callable[[dict[str, Any]], object] | None
     max_concurrency: int | None
+    checkpoint_every: int
+    checkpoint_seconds: float
 
 
 WORKER_DEFAULTS: dict[str, Any] = {
@@ -138,6 +142,8 @@ WORKER_DEFAULTS: dict[str, Any] = {
     "rate_limit": None,
     "concurrency_key": None,
     "max_concurrency": None,
+    "checkpoint_every": 100,
+    "checkpoint_seconds": 5.0,
 }
 """The default of each of :class:`WorkerOptions` (a test checks the two name the same options)."""
 
@@ -196,6 +202,7 @@ class WorkerSpec:
     plain: bool = True  # sets neither a timeout nor its own record retention (the hot path's test)
     call: Invocation | None = None  # None: ``await perform(params)`` (an async class worker)
     periodic: Schedule | None = None  # its schedule (``cron``/``every``), run by the Server or supervisor
+    pace: tuple[int, float] = (100, 5.0)  # current_job().iterate checkpoints every N items or S seconds
 
 
 def _name(worker: object) -> str:
@@ -313,6 +320,13 @@ def inspect_worker(worker: object) -> WorkerSpec:
             ) from None
         ckey = key if key is None or isinstance(key, str) else str(key)
         periodic = replace(periodic, priority=priority, concurrency_key=ckey)
+    every, seconds = _option(worker, "checkpoint_every"), _option(worker, "checkpoint_seconds")
+    if type(every) is not int or every < 1:
+        raise ConfigError(f"worker {name}: attribute 'checkpoint_every' must be an int >= 1, got {every!r}")
+    if type(seconds) not in (int, float) or not 0 < seconds < 1e10:
+        raise ConfigError(
+            f"worker {name}: attribute 'checkpoint_seconds' must be seconds > 0, got {seconds!r}"
+        )
     return WorkerSpec(
         queue=queue,
         operation=worker.operation,  # type: ignore[attr-defined]
@@ -330,6 +344,7 @@ def inspect_worker(worker: object) -> WorkerSpec:
         plain=timeout is None and keep is None,
         call=Invocation(perform, binder, sync) if binder is not None or sync else None,
         periodic=periodic,
+        pace=(every, float(seconds)),
     )
 
 

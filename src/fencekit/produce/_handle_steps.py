@@ -188,7 +188,7 @@ def purge(qk: QueueKeys) -> Steps[int]:
 
 
 def pause(keys: KeySpace, name: str, paused: bool) -> Steps[bool]:
-    """Pause (or resume) queue ``name`` on every host: True if this changed it (consume._holds)."""
+    """Pause (or resume) queue ``name`` on every host: True if this changed it (``QueueHolds``)."""
     return bool(int((yield from _one(cmd("sadd" if paused else "srem", keys.paused, name)))))
 
 

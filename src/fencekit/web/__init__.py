@@ -22,6 +22,7 @@ Routes (relative to where the app is mounted)::
     GET  /admin/purge     confirmation page for purging ?queue=NAME
     POST /admin/purge     purge a queue              (form: queue, csrf, confirm=yes)
     POST /admin/revive    re-enqueue a dead letter   (form: queue, id, csrf)
+    POST /admin/pause     pause or resume a queue on every host  (form: queue, action=pause|resume, csrf)
     GET  /metrics         Prometheus text format
 
 Security:

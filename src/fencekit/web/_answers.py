@@ -24,6 +24,11 @@ NOTICES = {
     "run-now-gone": "That task is no longer scheduled (it started, or was cancelled).",
     "revived": "Dead letter re-enqueued.",
     "gone": "That dead letter was already gone (re-enqueued or dropped).",
+    "paused": "Queue paused: within about a second no consumer on any host claims from it "
+    "(running tasks go on; enqueues are accepted).",
+    "paused-already": "That queue was paused already.",
+    "resumed": "Queue resumed: consumers claim from it again within about a second.",
+    "resumed-already": "That queue was not paused.",
 }
 
 BULK_DONE = {"cancel": "cancelled", "run-now": "started now", "retry": "enqueued again", "delete": "deleted"}

@@ -1,8 +1,9 @@
 """``/metrics``: the admin source's reading in Prometheus text format.
 
-Counters and gauges per queue, the consumers with a fresh heartbeat, the
-p50/p95 and depth of each queue's newest complete minute of history (over
-every host: what a per-host histogram cannot give), the job-duration
+Counters and gauges per queue (``fencekit_queue_paused``: 1 while an operator
+has it paused), the consumers with a fresh heartbeat, the p50/p95 and depth of
+each queue's newest complete minute of history (over every host: what a
+per-host histogram cannot give), the job-duration
 histogram of this process, its periodic loops (unexpected errors survived,
 alive), the batches not finished yet (every host's), what this process's batch
 loops did (notes applied, batches finished) and, under a pool, its children
@@ -144,6 +145,14 @@ def _queue_metrics(snap: Snapshot) -> Iterator[Metric]:
         for q in snap.queues:
             gauge.add_metric([q.name], float(getattr(q, name)))
         yield gauge
+    paused = GaugeMetricFamily(
+        "fencekit_queue_paused",
+        "1 while an operator has the queue paused (no consumer claims from it), else 0.",
+        labels=["queue"],
+    )
+    for q in snap.queues:
+        paused.add_metric([q.name], 1.0 if q.paused else 0.0)
+    yield paused
     consumers = GaugeMetricFamily("fencekit_consumers", "Registered consumers with a fresh heartbeat.")
     consumers.add_metric([], float(sum(1 for c in snap.consumers if c.alive)))
     yield consumers

@@ -153,8 +153,10 @@ def render_browse(
     token: str,
     actions: Sequence[str],
     notice: str | None,
+    paused: bool = False,
 ) -> str:
-    """One page of one list of a queue (:mod:`fencekit.web.browse`), with its filter and pager."""
+    """One page of one list of a queue (:mod:`fencekit.web.browse`), with its filter and pager, and
+    whether the queue is paused (its badge and its Pause / Resume button)."""
     query = [("queue", page.queue), ("list", page.list)]
     query += [
         (k, v) for k, v in (("operation", where.operation), ("jid", where.jid), ("text", where.text)) if v
@@ -168,6 +170,7 @@ def render_browse(
         token=token,
         actions=actions,
         notice=notice,
+        paused=paused,
         bulk_limit=BULK_LIMIT,
         time_label=_TIME_LABEL[page.list],
         detail_label=_DETAIL_LABEL[page.list],

@@ -1,6 +1,7 @@
 """The handlers of a queue's task lists: the browse page and its bulk actions.
 
-``GET /admin/queue`` shows one list a page at a time (:mod:`fencekit.web.browse`);
+``GET /admin/queue`` shows one list a page at a time (:mod:`fencekit.web.browse`), under
+the queue's name with its "paused" badge and Pause / Resume button (``POST /admin/pause``);
 ``POST /admin/bulk`` applies one action to the tasks the page's filter
 selects -- cancel (pending, scheduled, running), run now (scheduled), retry
 (failed, dead), delete (finished, failed, dead) -- at most :data:`~fencekit.web.browse.BULK_LIMIT` per submit,
@@ -61,6 +62,7 @@ class QueuePages:
             if not await self._known(queue):
                 return error(request, 404, "Not found", "no such queue")
             page = await self.source.browse(queue, which, int(params.get("page", "0")), where)
+            paused = await self.source.queue(queue).paused()
         except ValueError as exc:  # an unknown list, a page past the last one allowed
             return error(request, 400, "Bad request", str(exc))
         except StoreError as exc:
@@ -73,6 +75,7 @@ class QueuePages:
             token=self.token,
             actions=BULK_ACTIONS.get(which, ()),
             notice=notice(request),
+            paused=paused,
         )
         return HTMLResponse(body, headers=SECURITY_HEADERS)
 

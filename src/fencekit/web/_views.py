@@ -38,6 +38,8 @@ class QueueView:
     scheduled: int
     in_flight: int
     dead_letters: int
+    paused: bool = False
+    """An operator paused it (``queue.pause()``): no consumer claims from it until it is resumed."""
 
 
 @dataclass(frozen=True, slots=True)

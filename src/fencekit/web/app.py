@@ -13,7 +13,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Awaitable, Callable
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
@@ -47,6 +47,7 @@ from fencekit.web._security import (
     read_form,
     same_origin,
 )
+from fencekit.web.browse import LISTS
 from fencekit.web.source import AdminSource
 
 __all__ = ["DEFAULT_REFRESH", "create_app"]
@@ -96,6 +97,7 @@ def create_app(
         Route("/admin/purge", guarded(admin.purge_confirm), methods=["GET"]),
         Route("/admin/purge", guarded(checked_post(admin.purge)), methods=["POST"]),
         Route("/admin/revive", guarded(checked_post(admin.revive)), methods=["POST"]),
+        Route("/admin/pause", guarded(checked_post(admin.pause)), methods=["POST"]),
         Route("/admin/job", guarded(admin.job_page), methods=["GET"]),
         Route("/admin/batch/{bid:path}", guarded(admin.batch_page), methods=["GET"]),
         Route(
@@ -331,6 +333,25 @@ class _Admin(QueuePages, BatchPages):
         dropped = await self.source.queue(queue).purge()
         self.source.logger.warning("admin: purged %d pending task(s) of queue %r", dropped, queue)
         return RedirectResponse(f"{_root(request)}/admin?done=purged&n={dropped}", status_code=303)
+
+    async def pause(self, request: Request, form: dict[str, str]) -> Response:
+        """Pause or resume ``queue`` on every host (``action``: pause | resume), as ``queue.pause()``."""
+        queue, action = form["queue"], form.get("action", "")
+        if action not in ("pause", "resume"):
+            return _error(request, 400, "Bad request", "action must be pause or resume")
+        handle = self.source.queue(queue)
+        changed = await (handle.pause() if action == "pause" else handle.resume())
+        state = "paused" if action == "pause" else "resumed"
+        if changed:
+            self.source.logger.warning("admin: %s queue %r", state, queue)
+        else:
+            self.source.logger.warning("admin: queue %r was %s already", queue, state)
+        done = state if changed else f"{state}-already"
+        if form.get("next") == "queue":  # from the queue's browse page: back to the list it showed
+            which = form.get("list", "")
+            query = urlencode({"queue": queue, "list": which if which in LISTS else LISTS[0], "done": done})
+            return RedirectResponse(f"{_root(request)}/admin/queue?{query}", 303)
+        return RedirectResponse(f"{_root(request)}/admin?done={done}", 303)
 
     async def revive(self, request: Request, form: dict[str, str]) -> Response:
         queue, dead_id = form["queue"], form.get("id", "")

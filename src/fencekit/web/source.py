@@ -7,8 +7,8 @@ redis-py client, in three pipelined round trips (batches of
 read is one pipeline of its own), so ``/admin`` and ``/metrics`` show
 exactly what ``Client``/``Queue`` would report:
 
-1. the registry: known queues, registered consumers with their info, their
-   last beats, and Redis's own clock (beat ages are measured on the clock
+1. the registry: known and paused queues, registered consumers with their info,
+   their last beats, and Redis's own clock (beat ages are measured on the clock
    that wrote them, so host clock skew does not make consumers look dead);
 2. per queue: counters, pending, scheduled and dead-letter counts, and per
    consumer the size of its in-flight hash for each queue it polls;
@@ -216,7 +216,7 @@ class AdminSource:
 
     async def _read(self) -> Snapshot:
         keys = self.keys
-        known_raw, consumers_raw, beats_raw, (now_s, now_us) = await arun_batch(
+        known_raw, consumers_raw, beats_raw, (now_s, now_us), paused_raw = await arun_batch(
             self.redis,
             Batch(
                 (
@@ -224,10 +224,11 @@ class AdminSource:
                     cmd("hgetall", keys.consumers),
                     cmd("zrange", keys.beats, 0, -1, withscores=True),
                     cmd("time"),
+                    cmd("smembers", keys.paused),
                 )
             ),
         )
-        known = {as_text(q) for q in known_raw}
+        known, paused = {as_text(q) for q in known_raw}, {as_text(q) for q in paused_raw}
         shown = list(self.queues) if self.queues is not None else sorted(known)
         every = sorted(known | set(shown))
         now_ms = int(now_s) * 1000 + int(now_us) // 1000
@@ -269,7 +270,8 @@ class AdminSource:
         for s in stats.values():
             totals = totals + s
         views = tuple(
-            QueueView(q, stats[q], counts[q][0], counts[q][1], queue_inflight[q], counts[q][2]) for q in shown
+            QueueView(q, stats[q], counts[q][0], counts[q][1], queue_inflight[q], counts[q][2], q in paused)
+            for q in shown
         )
         consumers = tuple(
             consumer_view(

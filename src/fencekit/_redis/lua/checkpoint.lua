@@ -11,6 +11,8 @@
 -- ARGV[1]  token of the delivery
 -- ARGV[2]  the state (JSON)
 -- ARGV[3]  how long the state lives without another checkpoint, in ms
+-- KEYS[5], ARGV[4] (optional) the task's record P:{Q}:job:<jid> and its progress
+--          (JSON), written there when the record exists (current_job().iterate)
 --
 -- Reply: 1 when stored.
 -- Error: "FENCED ..." when the delivery is no longer current; nothing changes.
@@ -25,5 +27,8 @@ redis.call('PEXPIRE', KEYS[3], ARGV[3])
 local envelope = redis.call('HGET', KEYS[1], ARGV[1])
 if not marked(envelope) then
   redis.call('HSET', KEYS[1], ARGV[1], mark(envelope))
+end
+if KEYS[5] and redis.call('EXISTS', KEYS[5]) == 1 then
+  redis.call('HSET', KEYS[5], 'progress', ARGV[4])
 end
 return 1

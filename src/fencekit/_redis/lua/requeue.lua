@@ -13,6 +13,9 @@
 -- ARGV[2]  envelope to queue
 -- ARGV[3]  stats field to increment, "" for none
 -- ARGV[4]  expiry of the job fence key in milliseconds
+-- ARGV[5]  (optional) how the record's runs line names the run: "interrupted"
+--          (a stop interrupted it at a checkpoint); else "crashed" with a
+--          counter, "returned" without
 --
 -- Reply: 1 when moved.
 -- Error: "FENCED ..." when the delivery is gone (acknowledged, or moved by
@@ -40,6 +43,6 @@ fence_past(KEYS[5], ARGV[1], ARGV[4])
 if KEYS[6] and redis.call('EXISTS', KEYS[6]) == 1 then
   redis.call('HSET', KEYS[6], 'state', 'pending', 'env', envelope, 'token', ARGV[1])
   redis.call('HDEL', KEYS[6], 'due')
-  note_run(KEYS[6], ARGV[1], now_ms(), ARGV[3] ~= '' and 'crashed' or 'returned', KEYS[1])
+  note_run(KEYS[6], ARGV[1], now_ms(), ARGV[5] or (ARGV[3] ~= '' and 'crashed' or 'returned'), KEYS[1])
 end
 return 1

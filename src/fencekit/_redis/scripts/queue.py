@@ -144,12 +144,15 @@ def requeue(
     counter: str,
     fence_ttl_ms: int,
     record: str | None = None,
+    run: str = "",
 ) -> Call:
-    """Return a delivery to the head of its queue; error ``FENCED`` (``requeue.lua``)."""
+    """Return a delivery to the head of its queue; error ``FENCED`` (``requeue.lua``). ``run``:
+    how the record's runs line names it (``interrupted``), else by ``counter``."""
     keys: tuple[str, ...] = (inflight, pending, stats, wake, fence)
     if record is not None:
         keys = (*keys, record)
-    return call("requeue", keys, (token, envelope, counter, fence_ttl_ms))
+    args: tuple[Arg, ...] = (token, envelope, counter, fence_ttl_ms)
+    return call("requeue", keys, (*args, run) if run else args)
 
 
 class JobRecordKeys(NamedTuple):
@@ -220,10 +223,23 @@ def job_progress(*, inflight: str, record: str, token: int, progress: bytes) -> 
 
 
 def checkpoint(
-    *, inflight: str, fence: str, state: str, stats: str, token: int, value: bytes, ttl_ms: int
+    *,
+    inflight: str,
+    fence: str,
+    state: str,
+    stats: str,
+    token: int,
+    value: bytes,
+    ttl_ms: int,
+    record: str | None = None,
+    progress: bytes = b"",
 ) -> Call:
-    """Store a running job's state while its delivery is current (``checkpoint.lua``); ``FENCED`` else."""
-    return call("checkpoint", (inflight, fence, state, stats), (token, value, ttl_ms))
+    """Store a running job's state while its delivery is current (``checkpoint.lua``); ``FENCED`` else.
+    With ``record``, ``progress`` lands in the task's record too (``iterate``)."""
+    keys = (inflight, fence, state, stats) if record is None else (inflight, fence, state, stats, record)
+    return call(
+        "checkpoint", keys, (token, value, ttl_ms, progress) if record is not None else (token, value, ttl_ms)
+    )
 
 
 def job_set(*, inflight: str, fence: str, target: str, token: int, value: Arg) -> Call:

@@ -1,0 +1,197 @@
+"""Long jobs on a real Redis: ``iterate`` resumes where the last checkpoint left it (a sequence
+and a cursor-based source), a stop interrupts a checkpointing job at its next step and sends it
+back without counting an attempt ("interrupted" in its runs, ``on_interrupted``), a job that
+swallows ``Interrupted`` is logged, and a pool SIGKILLed then SIGTERMed (a deploy) finishes 20
+jobs of 200 items with no item done more than twice and no attempt spent by the SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import os
+import signal
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from tests.fault_helpers import PoolRunner
+from tests.queue_helpers import eventually, new_server, running, worker
+
+from fencekit import Client, FenceKitHooks, Interrupted, JobEvent, Task, current_job
+
+
+async def test_iterate_over_a_sequence_resumes_after_the_last_checkpoint(redis_url: str) -> None:
+    seen: list[tuple[int, int]] = []  # (attempt, item)
+
+    async def walk(payload: dict[str, Any]) -> int:
+        job = current_job()
+        async for item in job.iterate(list(range(10))):
+            seen.append((job.attempt, item))
+            if item == 6 and job.attempt == 0:
+                raise RuntimeError("crash while item 6 is in hand")
+        return len(seen)
+
+    server = new_server(redis_url, worker("iter", "walk", walk, checkpoint_every=1))
+    async with Client(redis_url=redis_url) as client, running(server):
+        jid = await client.enqueue(Task("iter", "walk", {}))
+        assert await client.result(jid, timeout=20) == 11
+        info = await client.job(jid)
+    assert [item for _, item in seen] == [0, 1, 2, 3, 4, 5, 6, 6, 7, 8, 9]  # only 6 twice
+    assert info is not None
+    assert info.progress is not None
+    assert info.progress.message == "9 of 10"  # the last checkpoint's (before the last item)
+
+
+async def test_iterate_over_a_cursor_based_source_resumes_inside_a_page(redis_url: str) -> None:
+    pages = {None: (["a", "b", "c"], "p2"), "p2": (["d", "e", "f"], "p3"), "p3": (["g"], None)}
+    fetched: list[Any] = []
+    seen: list[str] = []
+
+    async def fetch(cursor: Any) -> tuple[list[str], Any]:
+        fetched.append(cursor)
+        return pages[cursor]
+
+    async def walk(payload: dict[str, Any]) -> None:
+        job = current_job()
+        async for item in job.iterate(fetch, every=1):
+            seen.append(item)
+            if item == "e" and job.attempt == 0:
+                raise RuntimeError("crash in the middle of page p2")
+
+    server = new_server(redis_url, worker("pages", "walk", walk))
+    async with Client(redis_url=redis_url) as client, running(server):
+        jid = await client.enqueue(Task("pages", "walk", {}))
+        await client.result(jid, timeout=20)
+    assert seen == ["a", "b", "c", "d", "e", "e", "f", "g"]
+    assert fetched == [None, "p2", "p2", "p3"]  # the retry fetched p2 again and skipped d
+
+
+async def test_a_stop_interrupts_a_checkpointing_job_which_resumes_without_an_attempt(redis_url: str) -> None:
+    seen: list[tuple[int, int]] = []
+    interrupted: list[JobEvent] = []
+
+    async def walk(payload: dict[str, Any]) -> int:
+        job = current_job()
+        async for item in job.iterate(list(range(60)), every=1):
+            seen.append((job.attempt, item))
+            await asyncio.sleep(0.02)
+        return job.attempt
+
+    hooks = FenceKitHooks(on_interrupted=interrupted.append)
+    first = new_server(redis_url, worker("drain", "walk", walk), grace=60.0, hooks=hooks)
+    async with Client(redis_url=redis_url) as client:
+        jid = await client.enqueue(Task("drain", "walk", {}))
+        async with running(first):
+            await eventually(lambda: len(seen) >= 10, what="ten items done")
+        # running() stopped it: far inside its 60-s grace, at the next step
+        assert len(seen) < 60
+        stopped_after = len(seen)
+        second = new_server(redis_url, worker("drain", "walk", walk))
+        async with running(second):
+            assert await client.result(jid, timeout=30) == 0  # the same attempt: none was spent
+        info = await client.job(jid)
+    items = [item for _, item in seen]
+    assert items == list(range(60))  # nothing redone: the stop checkpointed the item in hand
+    assert len(seen) > stopped_after
+    assert [e.jid for e in interrupted] == [jid]
+    assert info is not None
+    assert [run.outcome for run in info.runs] == ["interrupted", "done"]
+    assert info.attempt == 1  # one attempt: the interrupted run and its resumption share it
+
+
+async def test_a_job_that_swallows_interrupted_is_logged(redis_url: str) -> None:
+    async def stubborn(payload: dict[str, Any]) -> str:
+        job = current_job()
+        for n in range(100):
+            try:
+                await job.checkpoint({"n": n})
+            except Interrupted:
+                return "swallowed"  # it should have let it propagate
+            await asyncio.sleep(0.02)
+        return "done"
+
+    server = new_server(redis_url, worker("stubborn", "go", stubborn), grace=30.0)
+    async with Client(redis_url=redis_url) as client:
+        jid = await client.enqueue(Task("stubborn", "go", {}))
+        async with running(server):
+            await eventually(lambda: client.job(jid), what="it started")
+            await asyncio.sleep(0.2)
+        messages = server.logger.list_handler.messages()  # type: ignore[attr-defined]
+    assert any("caught fencekit.Interrupted" in m and jid in m for m in messages), messages
+
+
+APP = textwrap.dedent(
+    """
+    import asyncio, os
+    from fencekit import current_job
+
+    RUNS = os.environ["TEST_RUNS_DIR"]
+
+    class Analyse:
+        queue = "long"
+        operation = "analyse"
+        checkpoint_every = 1
+        retry_count = 5
+
+        @classmethod
+        async def perform(cls, payload):
+            job = current_job()
+            out = open(os.path.join(RUNS, f"runs-{os.getpid()}.log"), "a", buffering=1)
+            async for item in job.iterate(list(range(200))):
+                await asyncio.sleep(0.02)
+                out.write(f"{job.jid} {item} {job.attempt}\\n")
+            return job.attempt
+
+    WORKERS = [Analyse]
+    """
+)
+
+
+def resumed(runs: Path) -> set[str]:
+    """The jobs seen running their second attempt (after the SIGKILL's reap)."""
+    lines = [line.split() for path in runs.glob("runs-*.log") for line in path.read_text().splitlines()]
+    return {jid for jid, _, attempt in lines if attempt == "1"}
+
+
+async def test_a_pool_sigkilled_then_sigtermed_finishes_every_job_redoing_at_most_the_item_in_hand(
+    tmp_path: Path, redis_url: str
+) -> None:
+    (tmp_path / "faultapp.py").write_text(APP)
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    args = ("--procs", "2", "--concurrency", "10", "--heartbeat-ttl", "2", "--grace", "30")
+    pool = PoolRunner(tmp_path, redis_url, *args)
+    pool.wait_ready()
+    try:
+        async with Client(redis_url=redis_url) as client:
+            jids = await client.enqueue_many([Task("long", "analyse", {"n": n}) for n in range(20)])
+            await asyncio.sleep(1.0)
+            os.killpg(pool.proc.pid, signal.SIGKILL)  # a crash: the items in hand are lost
+            pool.proc.wait(10)
+            pool.stop()
+            pool = PoolRunner(tmp_path, redis_url, *args)
+            pool.wait_ready()
+            # the reaper returns the crashed deliveries; they run again (attempt 1) for a while
+            await eventually(lambda: len(resumed(runs)) >= 10, timeout=30, what="the crashed jobs resumed")
+            await asyncio.sleep(0.5)
+            pool.proc.send_signal(signal.SIGTERM)  # a deploy: interrupted at the next step
+            assert pool.proc.wait(25) == 0  # far inside the 30-s grace
+            pool.stop()
+            pool = PoolRunner(tmp_path, redis_url, *args)
+            pool.wait_ready()
+            results = [await client.result(jid, timeout=120) for jid in jids]
+            infos = [await client.job(jid) for jid in jids]
+    finally:
+        pool.stop()
+    lines = [line.split() for path in runs.glob("runs-*.log") for line in path.read_text().splitlines()]
+    done = collections.Counter((jid, int(item)) for jid, item, _ in lines)
+    for jid in jids:
+        assert {item for (j, item) in done if j == jid} == set(range(200)), jid
+    assert max(done.values()) <= 2  # at most the item in hand at the SIGKILL, once more
+    per_job = collections.Counter(j for (j, _), n in done.items() if n == 2)
+    assert max(per_job.values(), default=0) <= 1  # one item redone per job at most
+    assert max(results) <= 1  # the SIGKILL counted an attempt; the SIGTERM none
+    interrupted = [
+        run for info in infos if info is not None for run in info.runs if run.outcome == "interrupted"
+    ]
+    assert interrupted, "the SIGTERM interrupted no job: the jobs ended before it"
