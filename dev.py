@@ -134,10 +134,10 @@ def become(args: list[str]) -> int:
 
 def test(args: list[str]) -> int:
     if "--coverage" not in args:
-        return become(["-m", "pytest", "-n", "4", *args])
+        return become(["-m", "pytest", "-n", "4", "--dist", "loadgroup", *args])
     args = [a for a in args if a != "--coverage"]
     run_in_venv(["-m", "coverage", "erase"])
-    code = run_in_venv(["-m", "coverage", "run", "-m", "pytest", "-n", "4", *args])
+    code = run_in_venv(["-m", "coverage", "run", "-m", "pytest", "-n", "4", "--dist", "loadgroup", *args])
     run_in_venv(["-m", "coverage", "combine", "-q"])
     report = run_in_venv(["-m", "coverage", "report", "--sort=cover", "--fail-under=92"])
     return code or report

@@ -25,7 +25,8 @@ from fencekit._redis.keys import KeySpace
 from fencekit.jobs.batches import BatchState
 from fencekit.testing.cluster import LocalCluster
 
-pytestmark = pytest.mark.slow
+# with the other fault campaigns, one at a time (on one worker)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("faults")]
 
 APP = textwrap.dedent(
     """

@@ -42,7 +42,8 @@ from fencekit._redis.clients import sync_client
 from fencekit.testing import RedisServer, wait_until
 from fencekit.testing.cluster import LocalCluster
 
-pytestmark = pytest.mark.slow
+# one worker runs the fault campaigns one after another: beside each other they starve on 2 cores
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("faults")]
 
 INTERVAL = 0.0045  # ~220 tasks/s to "work"
 LOSS_WINDOW = 0.2  # seconds of acknowledged work a crash of a primary may lose (asynchronous replication)

@@ -14,6 +14,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import pytest
 from tests.fault_helpers import PoolRunner
 from tests.queue_helpers import eventually, new_server, running, worker
 
@@ -153,6 +154,7 @@ def resumed(runs: Path) -> set[str]:
     return {jid for jid, _, attempt in lines if attempt == "1"}
 
 
+@pytest.mark.xdist_group("faults")  # with the other fault campaigns, one at a time
 async def test_a_pool_sigkilled_then_sigtermed_finishes_every_job_redoing_at_most_the_item_in_hand(
     tmp_path: Path, redis_url: str
 ) -> None:

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from tests.fault_helpers import PoolRunner
 from tests.queue_helpers import eventually, new_server, running, worker
 
@@ -147,6 +148,7 @@ async def test_a_pause_holds_across_a_redis_restart_with_an_aof(tmp_path: Path, 
         redis.cleanup()
 
 
+@pytest.mark.xdist_group("faults")  # with the other fault campaigns, one at a time
 async def test_three_pools_start_nothing_while_paused_and_all_after_the_resume(
     tmp_path: Path, redis_url: str
 ) -> None:
