@@ -61,7 +61,7 @@ async def test_an_async_host_runs_the_pool_with_exec_children_and_keeps_its_sign
     before = signal.getsignal(signal.SIGTERM)
     host_child = subprocess.Popen(["sleep", "30"])
     try:
-        async with Pool(embed_app, procs=2, redis_url=url, heartbeat_ttl=2.0) as pool:
+        async with Pool(embed_app, procs=2, redis_url=url, heartbeat_ttl=2.0, web_port=0) as pool:
             assert signal.getsignal(signal.SIGTERM) is before
             assert not getattr(loop, "_signal_handlers", {})  # no handler added to the host's loop
             pids = [c["pid"] for c in pool.children()]
@@ -94,7 +94,7 @@ async def test_an_async_host_runs_the_pool_with_exec_children_and_keeps_its_sign
 def test_a_synchronous_host_starts_and_stops_the_pool(embed_app: str, private_redis: RedisServer):
     from embedapp import Echo  # a class list instead of an APP string
 
-    pool = Pool([Echo], procs=1, redis_url=private_redis.url())
+    pool = Pool([Echo], procs=1, redis_url=private_redis.url(), web_port=0)  # 3030 may be another test's
     pool.start_sync()
     try:
         assert pool.children()[0]["ready"]
