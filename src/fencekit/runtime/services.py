@@ -148,9 +148,12 @@ class Services:
         )
         self.scheduler = Scheduler(self.redis, keys, self.queues, logger)
         self.history = HistorySampler(self.redis, keys, self.queues, logger, placement.queue_durations)
-        self.batches = BatchLoops(self.redis, keys, self.queues, logger)
+        # the batch and dependency loops poll: a client of their own, so that their retries while
+        # a cluster fails over never hold up the heartbeat's
+        self.polling = async_client(target)
+        self.batches = BatchLoops(self.polling, keys, self.queues, logger)
         self.dependencies = DependencyLoop(
-            self.redis,
+            self.polling,
             keys,
             logger,
             max_payload=settings["max_payload"],
@@ -289,6 +292,7 @@ class Services:
             await self.bounded("stopping the web server", self.web.stop())
             self.web = None
         await self.bounded("closing the Redis connections", aclose_client(self.redis))
+        await self.bounded("closing the polling loops' connections", aclose_client(self.polling))
 
     async def bounded(self, what: str, awaitable: Awaitable[Any]) -> None:
         """One step of a shutdown, given at most :data:`STOP_STEP` seconds: a stop must end."""

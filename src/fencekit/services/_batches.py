@@ -43,7 +43,7 @@ __all__ = ["BUSY", "CHUNK", "IDLE", "ORPHAN_AGE", "RECONCILE_EVERY", "BatchLoops
 
 CHUNK = 1000
 """Notes read per queue per round."""
-BUSY, IDLE = 0.005, 0.05
+BUSY, IDLE = 0.005, 0.2
 """Seconds between two rounds of the mover: after one that moved notes, after one that found none."""
 RECONCILE_EVERY = 5.0
 PAGE = 1000

@@ -36,7 +36,7 @@ from fencekit.jobs.records import JobError, encode_error
 
 __all__ = ["BUSY", "IDLE", "Decision", "DependencyLoop", "decide"]
 
-BUSY, IDLE = 0.01, 0.1
+BUSY, IDLE = 0.01, 0.5
 QUEUES_EVERY = 5.0
 """Seconds between two reads of the queue registry."""
 NEVER = frozenset({"failed", "dead", "cancelled", "expired"})
