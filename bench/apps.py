@@ -10,7 +10,9 @@
 - ``many_ops_1``, ``many_ops_10``, ``many_ops_100``: 1, 10 or 100 no-op worker classes
   on queue ``bench``, operations ``op000`` .. ``op099`` (:func:`op_names`);
 - ``task_fn``, ``sync_task_fn``, ``sync_class``: operation ``noop`` as an async task
-  function, a sync one, and a class worker with a plain ``def perform`` (:mod:`bench.tasks_cost`).
+  function, a sync one, and a class worker with a plain ``def perform`` (:mod:`bench.tasks_cost`);
+- ``long_jobs``: ``noop`` and the long-job probes ``checkpoints``, ``walk`` and ``walk_sync``,
+  timed inside the task, their figures returned as its result (:mod:`bench.long_jobs`).
 
 ``lat`` records ``time.time()`` at start minus the enqueue time carried in
 ``params["t"]``, pushed to the Redis list ``bench:lat`` (after the timestamp
@@ -230,3 +232,100 @@ class RatedNoop(Noop):
 
 
 rated = [RatedNoop]
+
+
+# Long jobs (``python -m bench.long_jobs``): checkpoints and ``iterate`` timed inside the task,
+# each figure returned as the task's result.
+
+
+def _spread(seconds: list[float]) -> dict[str, float]:
+    """µs per call: the mean, p50 and p99 of ``seconds`` (one entry per call)."""
+    if not seconds:
+        return {"mean_us": 0.0, "p50_us": 0.0, "p99_us": 0.0}
+    ordered = sorted(seconds)
+    last = len(ordered) - 1
+    return {
+        "mean_us": sum(ordered) / len(ordered) * 1e6,
+        "p50_us": ordered[last // 2] * 1e6,
+        "p99_us": ordered[round(0.99 * last)] * 1e6,
+    }
+
+
+class Checkpoints:
+    """``params["k"]`` calls of ``await current_job().checkpoint(state)`` in a row, each timed:
+    ``state`` is ``{"cursor": i}``, with ``params["pad"]`` > 0 also ``"pad": "x" * pad``.
+    Returns the µs per call (mean, p50, p99); ``k`` 0 is the job without checkpoints."""
+
+    queue = QUEUE
+    operation = "checkpoints"
+
+    @classmethod
+    async def perform(cls, payload: dict[str, Any]) -> dict[str, float]:
+        job = current_job()
+        k, pad = int(payload.get("k", 0)), int(payload.get("pad", 0))
+        filler = "x" * pad
+        clock = time.perf_counter
+        seconds: list[float] = []
+        for i in range(k):
+            state: dict[str, Any] = {"cursor": i, "pad": filler} if pad else {"cursor": i}
+            started = clock()
+            await job.checkpoint(state)
+            seconds.append(clock() - started)
+        return _spread(seconds)
+
+
+def _walk_bounds(payload: dict[str, Any]) -> tuple[range, dict[str, Any]]:
+    """The items (``range(params["n"])``) and ``iterate``'s options: the worker's pace (the
+    defaults, every 100 items or 5 s), or ``params["every"]`` items, unless
+    ``params["checkpoints"]`` is false (then ``every`` and ``seconds`` beyond the walk: the
+    iterator alone, no checkpoint)."""
+    n = int(payload["n"])
+    if not payload.get("checkpoints", True):
+        return range(n), {"every": n + 1, "seconds": 1e9}
+    every = payload.get("every")
+    return range(n), {} if every is None else {"every": int(every)}
+
+
+class Walk:
+    """Walks ``range(params["n"])`` of no-op items: ``async for`` over ``current_job().iterate``
+    (``params["mode"]`` ``"iterate"``) or a plain ``for`` (``"plain"``); returns the walk's seconds."""
+
+    queue = QUEUE
+    operation = "walk"
+
+    @classmethod
+    async def perform(cls, payload: dict[str, Any]) -> dict[str, float]:
+        items, pace = _walk_bounds(payload)
+        count = 0
+        started = time.perf_counter()
+        if payload.get("mode") == "iterate":
+            async for _ in current_job().iterate(items, **pace):
+                count += 1
+        else:
+            for _ in items:
+                count += 1
+        return {"seconds": time.perf_counter() - started, "items": count}
+
+
+class SyncWalk:
+    """:class:`Walk` in a sync task (a plain ``def perform``, the consumer's threads):
+    ``current_job().iterate_sync`` (``"iterate"``) or a plain ``for`` (``"plain"``)."""
+
+    queue = QUEUE
+    operation = "walk_sync"
+
+    @classmethod
+    def perform(cls, payload: dict[str, Any]) -> dict[str, float]:
+        items, pace = _walk_bounds(payload)
+        count = 0
+        started = time.perf_counter()
+        if payload.get("mode") == "iterate":
+            for _ in current_job().iterate_sync(items, **pace):
+                count += 1
+        else:
+            for _ in items:
+                count += 1
+        return {"seconds": time.perf_counter() - started, "items": count}
+
+
+long_jobs = [Noop, Checkpoints, Walk, SyncWalk]

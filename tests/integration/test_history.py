@@ -129,7 +129,11 @@ async def test_each_minute_holds_what_finished_in_it_across_two_minute_boundarie
     assert all(first * 60 // 3600 <= h <= (first + 2) * 60 // 3600 for h in hours)
 
     # the reader sums what is stored: the last hour of this queue
-    read = await read_history(server.services.redis, KeySpace(), [queue], "1h")
+    reader = redis.asyncio.Redis.from_url(redis_url)  # the server's own client closed with it
+    try:
+        read = await read_history(reader, KeySpace(), [queue], "1h")
+    finally:
+        await reader.aclose()
     assert [b.processed for b in read.buckets] == [30, 50, 70]
     assert [b.failed for b in read.buckets] == [0, 4, 1]
     assert [b.p50 for b in read.buckets] == [0.05, 0.05, 0.05]

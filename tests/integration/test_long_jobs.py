@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import json
 import os
 import signal
 import textwrap
@@ -16,9 +17,10 @@ from typing import Any
 
 import pytest
 from tests.fault_helpers import PoolRunner
-from tests.queue_helpers import eventually, new_server, running, worker
+from tests.queue_helpers import eventually, new_server, running, stats, worker
 
 from fencekit import Client, FenceKitHooks, Interrupted, JobEvent, Task, current_job
+from fencekit._redis.keys import KeySpace
 
 
 async def test_iterate_over_a_sequence_resumes_after_the_last_checkpoint(redis_url: str) -> None:
@@ -197,3 +199,98 @@ async def test_a_pool_sigkilled_then_sigtermed_finishes_every_job_redoing_at_mos
         run for info in infos if info is not None for run in info.runs if run.outcome == "interrupted"
     ]
     assert interrupted, "the SIGTERM interrupted no job: the jobs ended before it"
+
+
+STALE_APP = textwrap.dedent(
+    """
+    import asyncio, os
+    from fencekit import FencedOutError, current_job
+
+    RUNS = os.environ["TEST_RUNS_DIR"]
+
+    class Analyse:
+        queue = "stale"
+        operation = "analyse"
+        retry_count = 5
+
+        @classmethod
+        async def perform(cls, payload):
+            job = current_job()
+            pool = os.getpgrp()  # the pool's process group: which pool ran an item
+            out = open(os.path.join(RUNS, f"runs-{os.getpid()}.log"), "a", buffering=1)
+            start = job.state["next"] if job.state else 0
+            for item in range(start, 300):
+                await asyncio.sleep(0.05)
+                out.write(f"{pool} {item} done\\n")
+                try:
+                    await job.checkpoint({"next": item + 1, "pool": pool})
+                except FencedOutError:
+                    out.write(f"{pool} {item} refused\\n")
+                    raise
+            return pool
+
+    WORKERS = [Analyse]
+    """
+)
+
+
+def run_lines(runs: Path) -> list[tuple[int, int, str]]:
+    """(pool, item, what) of every line the jobs wrote, in no particular order across files."""
+    return [
+        (int(pool), int(item), what)
+        for path in runs.glob("runs-*.log")
+        for pool, item, what in (line.split() for line in path.read_text().splitlines())
+    ]
+
+
+@pytest.mark.xdist_group("faults")  # with the other fault campaigns, one at a time
+async def test_a_sigstopped_pool_s_stale_checkpoint_is_refused_and_the_newer_state_stands(
+    tmp_path: Path, redis_url: str, r: Any
+) -> None:
+    """Pool A is SIGSTOPped past its lease while a job checkpoints each item; pool B's reaper
+    returns the job and B resumes it from A's last checkpoint. A, resumed (SIGCONT), finishes the
+    item it had in hand and its checkpoint is refused: it stops there, the state B wrote stands."""
+    (tmp_path / "faultapp.py").write_text(STALE_APP)
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    args = ("--procs", "1", "--heartbeat-ttl", "2", "--grace", "10")
+    first = PoolRunner(tmp_path, redis_url, *args)
+    second: PoolRunner | None = None
+    key = KeySpace().queue("stale").state
+    try:
+        first.wait_ready()
+        a = first.proc.pid
+        async with Client(redis_url=redis_url) as client:
+            jid = await client.enqueue(Task("stale", "analyse", {}))
+            await eventually(lambda: sum(p == a for p, _, _ in run_lines(runs)) >= 10, what="A did 10 items")
+            os.killpg(a, signal.SIGSTOP)
+            stopped_at = json.loads(r.get(key(jid)))["next"]
+            second = PoolRunner(tmp_path, redis_url, *args)
+            second.wait_ready()
+            b = second.proc.pid
+            # B's reaper returns A's delivery after the lease; B resumes where A checkpointed
+            await eventually(
+                lambda: sum(p == b for p, _, _ in run_lines(runs)) >= 20, timeout=30, what="B did 20 items"
+            )
+            os.killpg(a, signal.SIGCONT)
+            await eventually(
+                lambda: any(p == a and w == "refused" for p, _, w in run_lines(runs)),
+                timeout=15,
+                what="A's stale checkpoint refused",
+            )
+            state = json.loads(r.get(key(jid)))
+            assert await client.result(jid, timeout=60) == b
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
+    lines = run_lines(runs)
+    by_a = sorted(item for p, item, w in lines if p == a and w == "done")
+    by_b = sorted(item for p, item, w in lines if p == b and w == "done")
+    assert by_b[0] == stopped_at  # B resumed at A's last checkpoint, not at 0
+    assert by_a == list(range(stopped_at + 1))  # A's last item: the one in hand at the SIGSTOP
+    assert by_b == list(range(stopped_at, 300))  # so that one item ran twice, and no other
+    assert [item for p, item, w in lines if w == "refused"] == [stopped_at]
+    assert state["pool"] == b  # A wrote nothing over it
+    assert state["next"] >= stopped_at + 20
+    assert int(stats(r, "stale").get("fenced_out", 0)) >= 1

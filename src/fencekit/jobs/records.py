@@ -90,8 +90,9 @@ class Run:
     """One run of a task as its record keeps it: which delivery, where, when, how it ended.
 
     ``outcome``: done, failed, dead, retried (failed, scheduled again), crashed
-    (its consumer died; the reaper returned it) or returned (its consumer
-    stopped; it runs again under the same number). Times are Unix seconds on
+    (its consumer died; the reaper returned it), returned (its consumer
+    stopped; it runs again under the same number) or interrupted (a stop
+    interrupted it at a checkpoint; it resumes under the same number). Times are Unix seconds on
     Redis's clock: ``started_at`` is the claim's (the token's), ``ended_at``
     the settlement's.
     """
