@@ -22,6 +22,7 @@ is taken, so the push is not part of the figure).
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -329,3 +330,24 @@ class SyncWalk:
 
 
 long_jobs = [Noop, Checkpoints, Walk, SyncWalk]
+
+
+# Recycling (``python -m bench.recycle``): each job stamps its process and time.
+
+
+class Stamp:
+    """A no-op job that appends ``"<time.time()>"`` to ``$BENCH_STAMPS/<pid>`` (one file per process)."""
+
+    queue = QUEUE
+    operation = "stamp"
+    _out: Any = None
+
+    @classmethod
+    async def perform(cls, payload: dict[str, Any]) -> None:
+        if cls._out is None or cls._out[0] != os.getpid():
+            path = os.path.join(os.environ["BENCH_STAMPS"], str(os.getpid()))
+            cls._out = (os.getpid(), open(path, "a", buffering=1))  # noqa: SIM115, ASYNC230 (once per process)
+        cls._out[1].write(f"{time.time()}\n")
+
+
+stamped = [Stamp]

@@ -317,6 +317,35 @@ class PoolOptions(ServerOptions, total=False):
             None, "data directory of the embedded Redis (default: ~/.local/share/fencekit)", metavar="DIR"
         ),
     ]
+    max_jobs: Annotated[
+        int | None,
+        Option(
+            None,
+            "replace a child after it claimed this many tasks: it finishes them and exits, a new one "
+            "takes its slot; no task fails or spends an attempt (default: never)",
+            check=at_least(1),
+            metavar="N",
+        ),
+    ]
+    max_jobs_jitter: Annotated[
+        int,
+        Option(
+            0,
+            "add a random 0..N to each child's max_jobs, so that children are not all replaced at once",
+            check=at_least(0),
+            metavar="N",
+        ),
+    ]
+    max_memory: Annotated[
+        float | None,
+        Option(
+            None,
+            "replace a child whose resident memory is above this many MB (checked every 2 s), the way "
+            "max_jobs does (default: never)",
+            check=positive,
+            metavar="MB",
+        ),
+    ]
 
 
 class ClientSettings(UrlOption, ClientOptions):

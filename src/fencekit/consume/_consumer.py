@@ -122,6 +122,8 @@ class Consumer(Turns, WakeClaims, Returns):
         self.link_kind: str = settings["link"]
         self.durable = Durability.of(settings["durable_replicas"], settings["durable_timeout"])
         self.stats = ConsumerStats()
+        self.claim_budget: int | None = None  # claims a child may make before it leaves (pool._recycle)
+        self.budget_spent = asyncio.Event()
         self._lease_ok, self._on_turn = lease_ok or (lambda: True), on_turn
         self._qkeys = {q: keys.queue(q) for q in self.queues}
         # flow control (queue.flow): the claim spec of each queue with a rate-limited or keyed worker

@@ -40,6 +40,8 @@ class Turns:
     max_claim: int
     retention: Retention
     stats: ConsumerStats
+    claim_budget: int | None
+    budget_spent: asyncio.Event
     outbox: Outbox
     _qkeys: dict[str, QueueKeys]
     _inflight: dict[str, str]
@@ -67,7 +69,7 @@ class Turns:
         def _pause(self, queue: str, wait_ms: int) -> None: ...
 
     def _next_turn(self) -> Turn:
-        free = self.concurrency - len(self._running) - self._reserved
+        free = self._free_slots()
         claim_queue: str | None = None
         self._lease_blocked = False
         if free > 0 and not self._stopping:
@@ -75,10 +77,17 @@ class Turns:
                 claim_queue = self._pick_queue()
             else:
                 self._lease_blocked = True
-        turn = self.outbox.take(claim_queue, min(free, self.max_claim))
+        turn = self.outbox.take(claim_queue, free)
         if claim_queue is not None:
             self._ask_empty_queues(turn)
         return turn
+
+    def _free_slots(self) -> int:
+        """How many tasks one claim may take: free slots, ``max_claim``, what is left of the budget."""
+        free = min(self.concurrency - len(self._running) - self._reserved, self.max_claim)
+        if self.claim_budget is not None:
+            free = min(free, self.claim_budget - self.stats.claimed)
+        return free
 
     def _ask_empty_queues(self, turn: Turn) -> None:
         """Ask, in this claiming turn, whether the queues found empty have work again.
@@ -189,6 +198,8 @@ class Turns:
         for i, raw in enumerate(envelopes):
             self._start(queue, first + i, raw)
         self.stats.claimed += len(envelopes)
+        if self.claim_budget is not None and self.stats.claimed >= self.claim_budget:
+            self.budget_spent.set()
 
     def _observed(self, item: AckClaim, fenced: Sequence[Any]) -> None:
         """Tell the hooks which acks of ``item`` landed and which Redis refused."""

@@ -76,6 +76,8 @@ class WakeClaims:
 
     if TYPE_CHECKING:
 
+        def _free_slots(self) -> int: ...
+
         def _ack_claim_call(
             self, queue: str, want: int, acks: Sequence[int], recorded: Sequence[scripts.RecordedAck]
         ) -> scripts.Call: ...
@@ -109,7 +111,7 @@ class WakeClaims:
             return None  # busy: the loop claims; the waker only waits
         if self._paused:
             return None  # a rate-limited queue waits for its token: its timer wakes the loop
-        free = min(self.concurrency - len(self._running) - self._reserved, self.max_claim)
+        free = self._free_slots()
         if free <= 0 or not self._lease_ok():
             return None
         open_queues = [q for q in self.queues if q not in self._held]  # a paused queue: no claims

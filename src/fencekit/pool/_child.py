@@ -99,6 +99,9 @@ class ChildConfig:
     stack_fd: int = -1
     """The slot's stack file: faulthandler dumps every thread there on
     :data:`~fencekit.pool._stall.STACK_SIGNAL` (:mod:`fencekit.pool._stall`); -1 for none."""
+    max_jobs: int | None = None
+    """Tasks this process claims before it finishes them and exits :attr:`ExitCode.RECYCLED`
+    (``max_jobs`` plus this incarnation's jitter); None: no limit."""
 
     def to_json(self) -> bytes:
         return orjson.dumps(
@@ -113,6 +116,7 @@ class ChildConfig:
                 "worker_paths": list(self.worker_paths),
                 "board_queues": list(self.board_queues),
                 "stack_fd": self.stack_fd,
+                "max_jobs": self.max_jobs,
             }
         )
 
@@ -130,6 +134,7 @@ class ChildConfig:
             worker_paths=tuple(data.get("worker_paths", ())),
             board_queues=tuple(data.get("board_queues", ())),
             stack_fd=int(data.get("stack_fd", -1)),
+            max_jobs=None if data.get("max_jobs") is None else int(data["max_jobs"]),
         )
 
 
@@ -228,6 +233,7 @@ async def _serve(
         hooks=app.hooks,
         scope=scope,
     )
+    consumer.claim_budget = config.max_jobs
     client = Client.sharing(settings, redis, app.hooks)
     detach = attach_client(registry, client)  # the app's task functions enqueue on this connection
     state = STARTING
@@ -262,7 +268,15 @@ async def _serve(
         _log_serving(logger, config, consumer, loop)
         consuming = scope.start(consumer.run(), name="fencekit-consumer", awaited=True)
         stopping = scope.start(stop.wait(), name="fencekit-stop-wait", awaited=True)
-        await asyncio.wait({consuming, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        spent = scope.start(consumer.budget_spent.wait(), name="fencekit-max-jobs", awaited=True)
+        await asyncio.wait({consuming, stopping, spent}, return_when=asyncio.FIRST_COMPLETED)
+        recycled = spent.done() and not stopping.done()
+        if recycled:
+            logger.info(
+                "child %d: claimed its %d tasks (max_jobs): finishing them, then a new child takes the slot",
+                config.slot,
+                config.max_jobs,
+            )
         state = STOPPING
         if not consuming.done():
             await consumer.stop(settings["grace"])
@@ -277,7 +291,8 @@ async def _serve(
             await run_hooks(app.on_shutdown, client)
         if os.getppid() != config.parent:
             await _forget_self(redis, KeySpace(settings["prefix"]), config, logger)
-        return ExitCode.OK
+            return ExitCode.OK
+        return ExitCode.RECYCLED if recycled else ExitCode.OK
     finally:
         detach()
         try:

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from fencekit.pool._board import Board
@@ -94,6 +94,10 @@ class Child:
     restarts: int = 0
     quick_deaths: int = 0
     exited: asyncio.Future[int] | None = None
+    recycles: dict[str, int] = field(default_factory=dict)
+    """Replacements of this slot's processes by reason (``max_jobs``, ``max_memory``)."""
+    recycling: str = ""
+    """Why the current process was told to leave (a replacement the supervisor asked for)."""
 
     @property
     def alive(self) -> bool:
@@ -234,4 +238,5 @@ def child_view(child: Child, board: Board | None, stalled: float | None) -> Chil
         consumer_id=child.consumer_id,
         ready=child.ready and stalled is None,
         stalled_for=round(stalled, 1) if stalled is not None else None,
+        recycles=tuple(sorted(child.recycles.items())),
     )

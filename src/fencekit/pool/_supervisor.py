@@ -72,6 +72,7 @@ from fencekit.pool._children import (
 )
 from fencekit.pool._liveness import Liveness
 from fencekit.pool._placement import PoolPlacement
+from fencekit.pool._recycle import MEMORY_CHECK, MemoryWatch, job_budget
 from fencekit.pool._stall import StackFile
 from fencekit.pool._watch import HANG_CHECK, HangWatch
 from fencekit.produce.client import Client
@@ -196,6 +197,9 @@ class Supervisor(Liveness, PoolPlacement):
             extra.append(Loop("watchdog", self._watchdog, lambda: interval, Backoff(self.logger, "watchdog")))
         if self.settings["burst"]:
             extra.append(self._burst_watch().loop())
+        if self.settings["max_memory"] is not None:
+            memory = MemoryWatch(self.children, self.settings["max_memory"], self.logger)
+            extra.append(Loop("memory", memory.check, lambda: MEMORY_CHECK, Backoff(self.logger, "memory")))
         self.services.start_loops(extra)
         await self._wait_ready()
 
@@ -332,6 +336,7 @@ class Supervisor(Liveness, PoolPlacement):
             app=self.app_spec,
             worker_paths=self.worker_paths,
             stack_fd=self.stacks[child.slot].fd if child.slot in self.stacks else -1,
+            max_jobs=job_budget(self.settings["max_jobs"], self.settings["max_jobs_jitter"]),
         )
         child.start(config, self.spawn, self.app, self.board, self.logger)
         loop = asyncio.get_running_loop()
@@ -345,7 +350,14 @@ class Supervisor(Liveness, PoolPlacement):
         if self.board is not None:
             self._retired = self._retired + self.board.read_durations(child.slot)
         code, how = child.reap()
-        expected = self.stopping or child.state is ChildState.REPLACING
+        recycled = "max_jobs" if code == ExitCode.RECYCLED else child.recycling
+        if recycled:
+            child.recycles[recycled] = child.recycles.get(recycled, 0) + 1
+            child.recycling = ""
+            how += f", recycled ({recycled})"
+        if code == ExitCode.RECYCLED:
+            code = ExitCode.OK
+        expected = self.stopping or child.state is ChildState.REPLACING or bool(recycled)
         child.state = ChildState.EXITED
         lived = time.monotonic() - child.started
         log = self.logger.info if code == 0 and expected else self.logger.error

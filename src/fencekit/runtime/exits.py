@@ -27,3 +27,6 @@ class ExitCode(IntEnum):
     """Redis was unreachable at start (or refused the credentials)."""
     LEFT = 5
     """Burst mode: ``burst_timeout`` passed with tasks left (the log line says which)."""
+    RECYCLED = 6
+    """A pool child that claimed its ``max_jobs`` tasks, finished them and left its slot to a
+    new child (never the pool's own exit code)."""

@@ -234,11 +234,20 @@ def _child_metrics(children: tuple[ChildView, ...]) -> Iterator[Metric]:
         "Seconds the event loop of a slot's child has not ticked, once past the stall threshold; else 0.",
         labels=["slot"],
     )
+    recycles = CounterMetricFamily(
+        "fencekit_pool_child_recycles",
+        "Times the child of a slot was replaced on purpose (reason: max_jobs, max_memory); "
+        "counted in the restarts too.",
+        labels=["slot", "reason"],
+    )
     for child in children:
         restarts.add_metric([str(child.slot)], float(child.restarts))
+        for reason in ("max_jobs", "max_memory"):
+            recycles.add_metric([str(child.slot), reason], float(dict(child.recycles).get(reason, 0)))
         uptime.add_metric([str(child.slot)], child.uptime)
         stalled.add_metric([str(child.slot)], child.stalled_for or 0.0)
     yield restarts
+    yield recycles
     yield uptime
     yield stalled
     count = GaugeMetricFamily("fencekit_pool_children", "Pool children running now.")

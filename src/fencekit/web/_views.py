@@ -73,6 +73,8 @@ class ChildView:
     ready: bool = False  # serving (the state is "serving")
     stalled_for: float | None = None
     """Seconds its event loop has not ticked, when past the stall threshold (state "stalled")."""
+    recycles: tuple[tuple[str, int], ...] = ()
+    """Replacements of the slot's processes on purpose, by reason: ``("max_jobs", 3)`` ..."""
 
 
 @dataclass(frozen=True, slots=True)
