@@ -317,6 +317,35 @@ class PoolOptions(ServerOptions, total=False):
             None, "data directory of the embedded Redis (default: ~/.local/share/fencekit)", metavar="DIR"
         ),
     ]
+    max_procs: Annotated[
+        int | None,
+        Option(
+            None,
+            "autoscaling: grow the pool up to N children while work waits (scale_backlog), and back "
+            "toward --procs once it stays low for scale_cooldown (default: a fixed pool of --procs)",
+            check=at_least(1),
+            metavar="N",
+        ),
+    ]
+    scale_backlog: Annotated[
+        int,
+        Option(
+            100,
+            "autoscaling: tasks waiting (pending and due) per child above which the pool grows",
+            check=at_least(1),
+            metavar="N",
+        ),
+    ]
+    scale_cooldown: Annotated[
+        float,
+        Option(
+            15.0,
+            "autoscaling: seconds the backlog must stay low before the pool shrinks (a child "
+            "scaled down finishes its tasks first, as a recycled one does)",
+            check=positive,
+            metavar="S",
+        ),
+    ]
     max_jobs: Annotated[
         int | None,
         Option(

@@ -47,6 +47,7 @@ PENDING_SCRIPTS = {
     "dead_revive_many.lua": "_prio",
     "dep_release.lua": "_prio",
     "drain_probe.lua": "_prio",
+    "backlog.lua": "_prio",
     "enqueue.lua": "_prio",
     "enqueue_tracked.lua": "_prio",
     "enqueue_unique.lua": "_prio",

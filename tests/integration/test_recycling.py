@@ -154,3 +154,49 @@ def test_a_bad_max_jobs_is_a_usage_error(app_dir: Path, redis_url: str) -> None:
     assert pool.proc.wait(30) == 2
     pool.stop()
     assert "max_jobs" in pool.output()
+
+
+def children_now(pool: PoolRunner) -> int:
+    lines = metric_lines(pool, "fencekit_pool_children ")
+    return int(float(lines[0].split()[-1])) if lines else -1
+
+
+@pytest.mark.xdist_group("faults")
+async def test_autoscaling_grows_to_max_procs_under_a_backlog_and_back_to_procs_losing_nothing(
+    app_dir: Path, redis_url: str, r: Any
+) -> None:
+    """``--procs 1 --max-procs 3`` with the default ``scale_backlog`` (100) and ``scale_cooldown`` (15 s)."""
+    pool = PoolRunner(app_dir, redis_url, "--procs", "1", "--max-procs", "3", "--concurrency", "10")
+    seen: list[int] = []
+    try:
+        pool.wait_ready()
+        assert children_now(pool) == 1
+        async with Client(redis_url=redis_url) as client:
+            await client.enqueue_many([Task("recycle", "note", {"n": n, "sleep": 0.02}) for n in range(3000)])
+
+            async def all_done() -> bool:
+                seen.append(children_now(pool))
+                return len(done(app_dir / "runs")) >= 3000
+
+            await eventually(all_done, timeout=120, interval=0.2, what="3,000 tasks")
+            await eventually(lambda: children_now(pool) == 1, timeout=40, what="back to one child")
+    finally:
+        assert pool.stop() == 0
+    assert max(seen) == 3, seen
+    runs = done(app_dir / "runs")
+    assert sorted(n for n, _ in runs) == list(range(3000))  # none lost, none twice
+    assert len({pid for _, pid in runs}) >= 3
+    counts = stats(r, "recycle")
+    assert counts.get("retried", 0) == 0
+    assert counts.get("failed", 0) == 0
+    output = pool.output()
+    assert "autoscaling: 3000 tasks waiting" in output or "growing to 3" in output, output[-3000:]
+    assert "shrinking to 1" in output
+    assert "ERROR" not in output, output[-3000:]
+
+
+def test_max_procs_below_procs_is_a_usage_error(app_dir: Path, redis_url: str) -> None:
+    pool = PoolRunner(app_dir, redis_url, "--procs", "2", "--max-procs", "1")
+    assert pool.proc.wait(30) == 2
+    pool.stop()
+    assert "max_procs (1) must be at least procs (2)" in pool.output()

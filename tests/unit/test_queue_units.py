@@ -742,6 +742,7 @@ def every_call(keys: KeySpace, queue: str) -> dict[str, scripts.Call]:
             pending=qk.pending, scheduled=qk.scheduled, stats=qk.stats, inflight=[qk.inflight("c1")]
         ),
         "has_work": scripts.has_work([qk.pending]),
+        "backlog": scripts.backlog(pending=qk.pending, scheduled=qk.scheduled),
         "dead_drop": scripts.dead_drop(dead=qk.dead, dead_index=qk.dead_index, dead_id="d1"),
         "record_drop": scripts.record_drop(index=qk.failed, record=qk.job("j")),
         "expired": scripts.expired(beats=keys.beats, ttl_ms=1000, limit=10),

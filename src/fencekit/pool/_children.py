@@ -98,6 +98,8 @@ class Child:
     """Replacements of this slot's processes by reason (``max_jobs``, ``max_memory``)."""
     recycling: str = ""
     """Why the current process was told to leave (a replacement the supervisor asked for)."""
+    wanted: bool = True
+    """The slot is to be served (False: beyond what autoscaling wants now; not restarted)."""
 
     @property
     def alive(self) -> bool:

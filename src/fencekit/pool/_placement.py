@@ -90,4 +90,5 @@ class PoolPlacement:
         return tuple(
             child_view(c, self.board, hangs.stalled_for(c) if hangs is not None else None)
             for c in self.children
+            if c.wanted or c.alive  # a slot autoscaling left empty is not shown
         )

@@ -29,18 +29,16 @@ drained (:class:`fencekit.services.drain.BurstWatch`, the ``Server``'s rule) and
 then stops the pool as on SIGTERM; past ``burst_timeout`` with tasks left it
 stops the same way with :attr:`~fencekit.runtime.exits.ExitCode.LEFT`.
 
-Its tasks have owners (:class:`~fencekit._aio.scope.TaskScope`): the
-supervisor's scope holds the services' (their loops), the returns of dead
-children's tasks (awaited by a stop, for :data:`~fencekit.runtime.services.STOP_STEP`,
-then cancelled), the stops and restarts signals ask for (awaited by
-:meth:`Supervisor.wait_control`) and the stall reports' abandoned reads
-(closed at the stop).
+Its tasks have owners (:class:`~fencekit._aio.scope.TaskScope`): the services'
+loops, the returns of dead children's tasks and restarts (awaited by a stop for
+:data:`~fencekit.runtime.services.STOP_STEP`, then cancelled), the stops signals
+ask for (:meth:`Supervisor.wait_control`) and the stall reports' reads.
 
-This module is the children's lifecycle and the signals; two parts live
+This module is the children's lifecycle and the signals; three parts live
 beside it as base classes of :class:`Supervisor`: the children's liveness
-(ready, the hung child's report and kill, systemd's watchdog:
-:mod:`fencekit.pool._liveness`) and what it tells the shared services
-(:mod:`fencekit.pool._placement`).
+(:mod:`fencekit.pool._liveness`), what it tells the shared services
+(:mod:`fencekit.pool._placement`) and autoscaling (:mod:`fencekit.pool._autoscale`).
+Recycling is :mod:`fencekit.pool._recycle`.
 """
 
 from __future__ import annotations
@@ -63,13 +61,10 @@ from fencekit.jobs.functions import attach_client
 from fencekit.jobs.histogram import QueueDurations
 from fencekit.jobs.worker import WorkerRegistry
 from fencekit.pool import _sdnotify as sdnotify
+from fencekit.pool._autoscale import CHECK, Scaling, slots
 from fencekit.pool._board import Board
 from fencekit.pool._child import ChildConfig
-from fencekit.pool._children import (
-    Child,
-    ChildState,
-    restart_delay,
-)
+from fencekit.pool._children import Child, ChildState, restart_delay
 from fencekit.pool._liveness import Liveness
 from fencekit.pool._placement import PoolPlacement
 from fencekit.pool._recycle import MEMORY_CHECK, MemoryWatch, job_budget
@@ -89,7 +84,7 @@ if TYPE_CHECKING:
 __all__ = ["Supervisor"]
 
 
-class Supervisor(Liveness, PoolPlacement):
+class Supervisor(Liveness, PoolPlacement, Scaling):
     """Forks (or execs) and watches the children; hosts the shared services."""
 
     def __init__(
@@ -111,13 +106,11 @@ class Supervisor(Liveness, PoolPlacement):
         self.registry.add(app.workers)
         self._detach_client: Callable[[], None] | None = None
         self._client: Client | None = None  # the app's task functions' and hooks' client
-        self.spawn = spawn
-        self.app_spec = app_spec
-        self.worker_paths = worker_paths
+        self.spawn, self.app_spec, self.worker_paths = spawn, app_spec, worker_paths
         self.logger = logger or logging.getLogger("fencekit.pool")
         self.target = parse_url(settings["redis_url"])
         self.queues = self.registry.queues
-        self.children = [Child(slot) for slot in range(settings["procs"])]
+        self.children = slots(settings)
         self.board: Board | None = None
         self.hangs: HangWatch | None = None
         self.stacks: dict[int, StackFile] = {}  # slot -> the file its children dump their stack into
@@ -180,13 +173,13 @@ class Supervisor(Liveness, PoolPlacement):
         # the app's task functions enqueue here in the supervisor (its hooks): the pool's Redis
         self._detach_client = attach_client(self.registry, client)
         await run_hooks(self.app.on_pool_startup, client)
-        self.board = Board(self.settings["procs"], self.registry.queues)
+        self.board = Board(len(self.children), self.registry.queues)
         self.board.set_beat_ok(time.monotonic())
         self.stacks = {child.slot: StackFile(child.slot) for child in self.children}
-        for child in self.children:
+        for child in self.wanted():
             self._new_incarnation(child)
         await self.services.beat_once()  # registered before they can claim: the reaper can see them
-        for child in self.children:
+        for child in self.wanted():
             self._spawn(child)
         self.hangs = hangs = HangWatch(
             self.children, self.board, self._hang_timeout(), self._read_board, self._kill_hung
@@ -200,6 +193,8 @@ class Supervisor(Liveness, PoolPlacement):
         if self.settings["max_memory"] is not None:
             memory = MemoryWatch(self.children, self.settings["max_memory"], self.logger)
             extra.append(Loop("memory", memory.check, lambda: MEMORY_CHECK, Backoff(self.logger, "memory")))
+        if self.settings["max_procs"] is not None:
+            extra.append(Loop("autoscaling", self.scale, lambda: CHECK, Backoff(self.logger, "autoscaling")))
         self.services.start_loops(extra)
         await self._wait_ready()
 
@@ -222,19 +217,19 @@ class Supervisor(Liveness, PoolPlacement):
         )
 
     async def _wait_ready(self) -> None:
-        while not all(c.ready for c in self.children):
+        while not all(c.ready for c in self.wanted()):
             if self.stopping:
                 return
             self._read_board()
             await asyncio.sleep(0.02)
         self.ready.set()
         sdnotify.notify(
-            "READY=1", f"STATUS=serving {', '.join(self.queues)} with {len(self.children)} children"
+            "READY=1", f"STATUS=serving {', '.join(self.queues)} with {len(self.wanted())} children"
         )
         web = self.services.web
         self.logger.info(
             "pool ready: %d children x concurrency %d on %s, queues %s%s",
-            len(self.children),
+            len(self.wanted()),
             self.settings["concurrency"],
             self.target.redacted(),
             ", ".join(self.queues),
@@ -293,8 +288,8 @@ class Supervisor(Liveness, PoolPlacement):
 
     async def rolling_restart(self) -> None:
         """Replace the children one by one (SIGHUP); each returns its tasks on the way out."""
-        self.logger.info("rolling restart of %d children", len(self.children))
-        for child in self.children:
+        self.logger.info("rolling restart of %d children", len(self.wanted()))
+        for child in self.wanted():
             if self.stopping:
                 return
             old_pid = child.pid
@@ -320,7 +315,7 @@ class Supervisor(Liveness, PoolPlacement):
             await self.services.beat_once()
         except StoreError as exc:  # the child cannot claim without Redis either
             self.logger.warning("could not register child %d before starting it: %s", child.slot, exc)
-        if not self.stopping:
+        if not self.stopping and child.wanted:
             self._spawn(child)
 
     def _spawn(self, child: Child) -> None:
@@ -329,7 +324,7 @@ class Supervisor(Liveness, PoolPlacement):
             slot=child.slot,
             consumer_id=child.consumer_id,
             board_fd=self.board.fd,
-            board_slots=self.settings["procs"],
+            board_slots=len(self.children),
             board_queues=self.board.queues,
             settings=dict(self.settings),
             parent=os.getpid(),
@@ -390,7 +385,8 @@ class Supervisor(Liveness, PoolPlacement):
             self.exit_code = ExitCode.BOOT
             self._control_task(self.stop())
             return
-        await self._restart_later(child, lived, expected)
+        if child.wanted:  # else autoscaling took the slot out of service
+            await self._restart_later(child, lived, expected)
 
     async def _restart_later(self, child: Child, lived: float, expected: bool) -> None:
         """Restart the slot, after a back-off while it keeps dying soon after starting."""
@@ -407,6 +403,10 @@ class Supervisor(Liveness, PoolPlacement):
             await asyncio.sleep(delay)
         if not self.stopping:
             await self._respawn(child)
+
+    def _start_slot(self, child: Child) -> None:
+        """Autoscaling wants ``child``'s slot served again: a new incarnation, registered, started."""
+        self._spawn_task(self._respawn(child))
 
     def _spawn_task(self, coro: Coroutine[Any, Any, None]) -> None:
         self._returning.start(coro, name="fencekit-child-exit")

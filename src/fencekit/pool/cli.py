@@ -134,7 +134,11 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
 async def _serve(settings: PoolSettings, app: App, spec: str, logger: logging.Logger, prog: str) -> int:
     from fencekit.pool._supervisor import Supervisor
 
-    supervisor = Supervisor(settings, app, spawn="fork", app_spec=spec, logger=logger)
+    try:
+        supervisor = Supervisor(settings, app, spawn="fork", app_spec=spec, logger=logger)
+    except ConfigError as exc:  # settings that only make sense together (max_procs below procs)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
     loop = asyncio.get_running_loop()
     for name in _SIGNALS:
         loop.add_signal_handler(getattr(signal, f"SIG{name}"), getattr(supervisor, f"handle_{name.lower()}"))

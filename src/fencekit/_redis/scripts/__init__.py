@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from fencekit._redis.scripts._load import SCRIPTS, Arg, Call, Script, call, load, script_names
 from fencekit._redis.scripts.admin import (
+    backlog,
     cancel,
     dead_drop,
     dead_purge,
@@ -85,6 +86,7 @@ __all__ = [
     "RecordedAck",
     "Script",
     "ack_claim",
+    "backlog",
     "batch_add",
     "batch_arm",
     "batch_done",

@@ -67,6 +67,11 @@ def drain_probe(*, pending: str, scheduled: str, stats: str, inflight: Sequence[
     return call("drain_probe", (pending, scheduled, stats, *inflight), ())
 
 
+def backlog(*, pending: str, scheduled: str) -> Call:
+    """What waits in one queue: ``{pending, due, oldest_ms}`` (``backlog.lua``)."""
+    return call("backlog", (pending, scheduled), ())
+
+
 # -- dead letters and failures, in bulk --------------------------------------------
 
 

@@ -1,0 +1,26 @@
+-- The scaling signal of one queue (fencekit.services.backlog): how much work waits
+-- and for how long. Read-only; every key shares the queue's hash tag.
+--
+-- KEYS[1]  pending     P:{Q}:pending     LIST (and its priority and parked lists)
+-- KEYS[2]  scheduled   P:{Q}:scheduled   ZSET scored by due time (ms)
+--
+-- Reply: { pending, due, oldest_ms }
+--   pending    the tasks on every pending list (priorities and parked ones included)
+--   due        the scheduled tasks whose time has come (the scheduler moves them next)
+--   oldest_ms  enqueued_at of the oldest task next to be claimed on any pending list
+--              (ms, as text), "" when none
+--!include _prio.lua
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local oldest = nil
+for _, key in ipairs(waiting_lists(KEYS[1])) do
+  local head = redis.call('LINDEX', key, -1)  -- the oldest of a list: claimed next (RPOP)
+  if head then
+    local at = tonumber(string.match(head, '.*"enqueued_at":(%d+)'))
+    if at and (oldest == nil or at < oldest) then
+      oldest = at
+    end
+  end
+end
+local due = redis.call('ZCOUNT', KEYS[2], '-inf', now_ms)
+return { pending_len(KEYS[1]), due, oldest and tostring(oldest) or '' }
