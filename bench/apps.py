@@ -344,6 +344,8 @@ class Stamp:
 
     @classmethod
     async def perform(cls, payload: dict[str, Any]) -> None:
+        if payload.get("sleep"):
+            await asyncio.sleep(payload["sleep"])
         if cls._out is None or cls._out[0] != os.getpid():
             path = os.path.join(os.environ["BENCH_STAMPS"], str(os.getpid()))
             cls._out = (os.getpid(), open(path, "a", buffering=1))  # noqa: SIM115, ASYNC230 (once per process)

@@ -70,6 +70,33 @@ def _round(url: str, jobs: int, procs: int, max_jobs: int | None) -> tuple[float
     return jobs / (last - first), pauses
 
 
+def _scale_up(url: str, jobs: int) -> float:
+    """Seconds from enqueueing ``jobs`` slow jobs (``stamp`` with a 20-ms sleep, ``-c 10``) into an idle
+    ``--procs 1 --max-procs 2`` pool until the second child's first job."""
+    redis.Redis.from_url(url).flushall()
+    stamps = Path(tempfile.mkdtemp())
+    args = [sys.executable, "-m", "fencekit.pool", "bench.apps:stamped", "--redis-url", url,
+            "--procs", "1", "--max-procs", "2", "--concurrency", "10", "--web-port", "off",
+            "--log-level", "WARNING"]  # fmt: skip
+    pool = subprocess.Popen(args, env={**os.environ, "BENCH_STAMPS": str(stamps)})
+    try:
+        with SyncClient(url, keep_result=0) as client:
+            client.enqueue(Task(apps.QUEUE, "stamp", {}))  # the first child serves
+            while not list(stamps.iterdir()):
+                time.sleep(0.01)
+            start = time.time()
+            client.enqueue_many([Task(apps.QUEUE, "stamp", {"sleep": 0.02}) for _ in range(jobs)])
+        deadline = time.monotonic() + 60
+        while len(per := _stamps(stamps)) < 2:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the pool did not grow")
+            time.sleep(0.005)
+        return min(min(v) for v in per.values() if v and min(v) > start) - start
+    finally:
+        pool.terminate()
+        pool.wait(30)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=40_000)
@@ -82,6 +109,7 @@ def main() -> None:
         server.start()
         try:
             url = server.url(0)
+            growth = [_scale_up(url, 2000) for _ in range(opts.rounds)]
             rates: dict[str, list[float]] = {"no max_jobs": [], f"--max-jobs {opts.max_jobs}": []}
             pauses: list[float] = []
             for _ in range(opts.rounds):
@@ -98,6 +126,10 @@ def main() -> None:
         print(f"  {case:<22} {medians[case]:>10,.0f} jobs/s   rounds: {shown}")
     base, recycled = medians.values()
     print(f"  with / without: x{recycled / base:.2f} (the replacements' pauses included)")
+    shown = " / ".join(f"{g * 1000:.0f}" for g in growth)
+    grew = statistics.median(growth) * 1000
+    print(f"autoscaling: from a backlog of 2,000 to the second child's first job {grew:.0f} ms")
+    print(f"  rounds: {shown} (the backlog is read every 1 s)")
     if pauses:
         pauses.sort()
         print(
