@@ -168,6 +168,7 @@ async def test_autoscaling_grows_to_max_procs_under_a_backlog_and_back_to_procs_
     """``--procs 1 --max-procs 3`` with the default ``scale_backlog`` (100) and ``scale_cooldown`` (15 s)."""
     pool = PoolRunner(app_dir, redis_url, "--procs", "1", "--max-procs", "3", "--concurrency", "10")
     seen: list[int] = []
+    desired: list[int] = []
     try:
         pool.wait_ready()
         assert children_now(pool) == 1
@@ -176,6 +177,8 @@ async def test_autoscaling_grows_to_max_procs_under_a_backlog_and_back_to_procs_
 
             async def all_done() -> bool:
                 seen.append(children_now(pool))
+                lines = metric_lines(pool, "fencekit_desired_workers ")
+                desired.append(int(float(lines[0].split()[-1])) if lines else -1)
                 return len(done(app_dir / "runs")) >= 3000
 
             await eventually(all_done, timeout=120, interval=0.2, what="3,000 tasks")
@@ -183,6 +186,7 @@ async def test_autoscaling_grows_to_max_procs_under_a_backlog_and_back_to_procs_
     finally:
         assert pool.stop() == 0
     assert max(seen) == 3, seen
+    assert max(desired) == 3, desired
     runs = done(app_dir / "runs")
     assert sorted(n for n, _ in runs) == list(range(3000))  # none lost, none twice
     assert len({pid for _, pid in runs}) >= 3

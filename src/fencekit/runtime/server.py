@@ -326,6 +326,9 @@ class Server:
     def children_view(self) -> tuple[ChildView, ...] | None:
         return None
 
+    def desired_workers(self) -> int:
+        return 1
+
 
 def _describe() -> str:
     with contextlib.suppress(ImportError):

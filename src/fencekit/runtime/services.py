@@ -95,6 +95,9 @@ class Placement(Protocol):
     def children_view(self) -> tuple[ChildView, ...] | None:
         """The pool's children, or None for a ``Server``."""
 
+    def desired_workers(self) -> int:
+        """Worker processes this host would run now: 1 for a ``Server``, the pool's (autoscaled) count."""
+
 
 class Services:
     """Heartbeat, reaper, scheduler, history and web of one placement (see the module docstring)."""
@@ -239,6 +242,7 @@ class Services:
             logger=self.logger,
             keep_finished=self.settings["keep_finished"],
         )
+        source.desired_workers = self.placement.desired_workers
         app = create_app(
             source,
             admin_username=self.settings["admin_username"],

@@ -32,6 +32,13 @@ class Backlog:
     """Scheduled tasks whose time has come (the scheduler moves them to pending next)."""
     oldest_ms: int | None
     """``enqueued_at`` (ms, Unix) of the oldest pending task next to be claimed; None when none."""
+    now_ms: int = 0
+    """The Redis clock when it was read (ms)."""
+
+    @property
+    def oldest_age(self) -> float:
+        """Seconds the oldest pending task has waited (0 when none waits), on the Redis clock."""
+        return max(0.0, (self.now_ms - self.oldest_ms) / 1000) if self.oldest_ms is not None else 0.0
 
     @property
     def total(self) -> int:
@@ -53,7 +60,7 @@ async def read_backlog(
     for queue, reply in zip(queues, replies, strict=True):
         if isinstance(reply, BaseException):
             raise reply
-        pending, due, oldest = reply
+        pending, due, oldest, now_ms = reply
         text = as_text(oldest)
-        out[queue] = Backlog(int(pending), int(due), int(text) if text else None)
+        out[queue] = Backlog(int(pending), int(due), int(text) if text else None, int(now_ms))
     return out

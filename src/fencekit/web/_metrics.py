@@ -28,6 +28,8 @@ from prometheus_client.core import (
 
 from fencekit.errors import StoreError
 from fencekit.jobs.history import HistoryBucket
+from fencekit.services.backlog import Backlog, read_backlog
+from fencekit.web._batch_view import bounded
 from fencekit.web.source import AdminSource, BatchCounts, ChildView, DurationHistogram, LoopView, Snapshot
 
 __all__ = ["Collector", "Metrics", "Reading", "read"]
@@ -47,6 +49,9 @@ class Reading:
     """Batches not finished yet (None: Redis did not answer)."""
     batches: BatchCounts | None = None
     """What this process's batch loops did (None: it runs none)."""
+    backlog: Mapping[str, Backlog] = field(default_factory=dict)
+    """Per queue, the scaling signal (:mod:`fencekit.services.backlog`)."""
+    desired: int | None = None
 
 
 async def read(source: AdminSource) -> Reading:
@@ -56,11 +61,22 @@ async def read(source: AdminSource) -> Reading:
         snap = await source.snapshot()
         last_minute = await source.last_minute()
         open_batches = await source.open_batches()
+        names = [q.name for q in snap.queues]
+        backlog = await bounded(read_backlog(source.redis, source.keys, names), source.snapshot_timeout)
     except StoreError as exc:
         source.logger.warning("metrics: Redis unavailable: %s", exc)
         return Reading(None, source.pool_children(), source.durations, source.loop_health(), batches=batches)
+    desired = source.desired_workers() if source.desired_workers is not None else None
     return Reading(
-        snap, snap.children, snap.durations, source.loop_health(), last_minute, open_batches, batches
+        snap,
+        snap.children,
+        snap.durations,
+        source.loop_health(),
+        last_minute,
+        open_batches,
+        batches,
+        backlog,
+        desired,
     )
 
 
@@ -125,6 +141,7 @@ class Collector:
         yield up
         if snap is not None:
             yield from _queue_metrics(snap)
+            yield from _scaling_metrics(reading.backlog, reading.desired)
             yield from _history_metrics(reading.last_minute)
         yield _histogram(reading.durations)
         if reading.loops:
@@ -156,6 +173,29 @@ def _queue_metrics(snap: Snapshot) -> Iterator[Metric]:
     consumers = GaugeMetricFamily("fencekit_consumers", "Registered consumers with a fresh heartbeat.")
     consumers.add_metric([], float(sum(1 for c in snap.consumers if c.alive)))
     yield consumers
+
+
+def _scaling_metrics(backlog: Mapping[str, Backlog], desired: int | None) -> Iterator[Metric]:
+    """The scaling signal: what waits per queue, for how long, and the workers this host wants."""
+    waiting = GaugeMetricFamily(
+        "fencekit_queue_backlog", "Tasks that could run now: pending plus due scheduled.", labels=["queue"]
+    )
+    age = GaugeMetricFamily(
+        "fencekit_queue_oldest_age_seconds",
+        "Seconds the oldest pending task has waited (Redis clock); 0 when none waits.",
+        labels=["queue"],
+    )
+    for queue, read in backlog.items():
+        waiting.add_metric([queue], float(read.total))
+        age.add_metric([queue], round(read.oldest_age, 3))
+    yield waiting
+    yield age
+    if desired is not None:
+        wanted = GaugeMetricFamily(
+            "fencekit_desired_workers", "Worker processes this host would run now (autoscaling's decision)."
+        )
+        wanted.add_metric([], float(desired))
+        yield wanted
 
 
 def _history_metrics(last_minute: Mapping[str, HistoryBucket]) -> Iterator[Metric]:

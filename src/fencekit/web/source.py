@@ -101,6 +101,8 @@ class AdminSource:
     it was made by :meth:`from_url`.
     """
 
+    desired_workers: Callable[[], int] | None = None  # set by the host (fencekit_desired_workers)
+
     def __init__(
         self,
         redis: redis.asyncio.Redis,

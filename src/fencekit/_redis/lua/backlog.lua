@@ -4,11 +4,12 @@
 -- KEYS[1]  pending     P:{Q}:pending     LIST (and its priority and parked lists)
 -- KEYS[2]  scheduled   P:{Q}:scheduled   ZSET scored by due time (ms)
 --
--- Reply: { pending, due, oldest_ms }
+-- Reply: { pending, due, oldest_ms, now_ms }
 --   pending    the tasks on every pending list (priorities and parked ones included)
 --   due        the scheduled tasks whose time has come (the scheduler moves them next)
 --   oldest_ms  enqueued_at of the oldest task next to be claimed on any pending list
 --              (ms, as text), "" when none
+--   now_ms     the Redis clock (ms), which the oldest task's age is measured against
 --!include _prio.lua
 local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
@@ -23,4 +24,4 @@ for _, key in ipairs(waiting_lists(KEYS[1])) do
   end
 end
 local due = redis.call('ZCOUNT', KEYS[2], '-inf', now_ms)
-return { pending_len(KEYS[1]), due, oldest and tostring(oldest) or '' }
+return { pending_len(KEYS[1]), due, oldest and tostring(oldest) or '', now_ms }
