@@ -29,9 +29,22 @@ import os
 import sys
 import time
 import weakref
+from collections.abc import Mapping
 from typing import IO, Any
 
-__all__ = ["FORMAT", "JobLines", "LineFormatter", "LineHandler", "default_logger", "flush_all"]
+import orjson
+
+__all__ = [
+    "FORMAT",
+    "TASK_FIELDS",
+    "JobLines",
+    "JsonFormatter",
+    "LineFormatter",
+    "LineHandler",
+    "default_logger",
+    "flush_all",
+    "line_handler",
+]
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 BATCH_LINES = 1024
@@ -70,6 +83,40 @@ class LineFormatter(logging.Formatter):
             self._ms = ms
             self._ms_stamp = f"{self._stamp},{ms - second * 1000:03d}"
         return self._ms_stamp
+
+
+TASK_FIELDS = ("jid", "queue", "operation", "attempt", "token", "duration")
+"""What a task's log record carries (``extra=``), each a key of its JSON line (``log_format`` json)."""
+
+
+class JsonFormatter(LineFormatter):
+    """One JSON object per line (``--log-format json``): time (UTC, ISO 8601 with ms), level,
+    logger, message, the task's :data:`TASK_FIELDS` when the record has them, and ``exc``, the
+    traceback, in the same line."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.converter = time.gmtime
+        self.default_time_format = "%Y-%m-%dT%H:%M:%S"
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields = {k: record.__dict__[k] for k in TASK_FIELDS if record.__dict__.get(k) is not None}
+        line = self.line(record.created, record.levelname, record.name, record.getMessage(), fields)
+        if record.exc_info or record.stack_info:
+            data = orjson.loads(line)
+            if record.exc_info:
+                data["exc"] = self.formatException(record.exc_info)
+            if record.stack_info:
+                data["stack"] = self.formatStack(record.stack_info)
+            line = orjson.dumps(data).decode()
+        return line
+
+    def line(self, created: float, level: str, name: str, message: str, fields: Mapping[str, Any]) -> str:
+        """The JSON line of one record (the per-job fast path calls it without a ``LogRecord``)."""
+        data = {"time": self.stamp(created).replace(",", ".") + "Z", "level": level, "logger": name}
+        data["message"] = message
+        data.update(fields)
+        return orjson.dumps(data, default=str).decode()
 
 
 class LineHandler(logging.StreamHandler):  # type: ignore[type-arg]
@@ -169,6 +216,14 @@ class _StepAside(logging.Filter):
         return record.levelno >= self.logger.getEffectiveLevel()
 
 
+def line_handler(log_format: str = "text") -> LineHandler:
+    """A :class:`LineHandler` on stdout writing ``log_format`` lines: text, or json (JsonFormatter)."""
+    handler = LineHandler(sys.stdout)
+    if log_format == "json":
+        handler.setFormatter(JsonFormatter())
+    return handler
+
+
 def _configured_above(logger: logging.Logger) -> bool:
     """Whether an ancestor of ``logger`` (the root included) has a handler."""
     parent = logger.parent
@@ -222,6 +277,8 @@ def _sole_destination(logger: logging.Logger, level: int) -> LineHandler | None:
     (handler,) = found
     if not isinstance(handler, LineHandler) or handler.filters:
         return None
+    if isinstance(handler.formatter, JsonFormatter):
+        return handler
     if not isinstance(handler.formatter, LineFormatter) or handler.formatter._fmt != FORMAT:
         return None
     return handler
@@ -251,6 +308,7 @@ class JobLines:
         "_prefix",
         "logger",
         "on",
+        "structured",
     )
 
     def __init__(self, logger: logging.Logger) -> None:
@@ -262,6 +320,7 @@ class JobLines:
         self._pending: list[str] = []  # this loop iteration's lines, handed over at the next
         self._pending_to: LineHandler | None = None
         self.on = False
+        self.structured = True  # whether info() uses its fields: not for our own text lines
         self.refresh()
         _job_lines.add(self)
 
@@ -272,24 +331,30 @@ class JobLines:
         if self.on and not 0.0 <= now - self._checked < RECHECK_S:
             self._checked = now
             self.hand_over()
-            self._handler = _sole_destination(self.logger, logging.INFO)
+            self._handler = handler = _sole_destination(self.logger, logging.INFO)
+            self.structured = handler is None or isinstance(handler.formatter, JsonFormatter)
 
     def wanted(self) -> bool:
         """:meth:`refresh`, then :attr:`on`."""
         self.refresh()
         return self.on
 
-    def info(self, msg: str, *args: Any) -> None:
-        """Log ``msg % args`` at INFO (the caller looked at :attr:`on` first)."""
+    def info(self, msg: str, *args: Any, fields: Mapping[str, Any] | None = None) -> None:
+        """Log ``msg % args`` at INFO (the caller looked at :attr:`on` first); ``fields`` (the
+        task's :data:`TASK_FIELDS`, given when :attr:`structured`) go into a JSON line or the record."""
         handler = self._handler
         if handler is not None and self._guard is not None and _configured_above(self.logger):
             self._checked = -RECHECK_S  # the application configured logging just now
             self.refresh()
             handler = self._handler
         if handler is None:
-            self.logger.info(msg, *args, stacklevel=2)
+            self.logger.info(msg, *args, stacklevel=2, extra=fields)
             return
-        line = f"{handler.formatter.stamp(time.time())}{self._prefix}{msg % args}"  # type: ignore[union-attr]
+        formatter = handler.formatter
+        if isinstance(formatter, JsonFormatter):
+            line = formatter.line(time.time(), "INFO", self.logger.name, msg % args, fields or {})
+        else:
+            line = f"{formatter.stamp(time.time())}{self._prefix}{msg % args}"  # type: ignore[union-attr]
         pending = self._pending
         if not pending:
             loop = _get_running_loop()

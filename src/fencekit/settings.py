@@ -99,6 +99,12 @@ def _link(value: str) -> str:
     return value
 
 
+def _log_format(value: str) -> str:
+    if value.lower() not in ("text", "json"):
+        raise ValueError(f"be text or json, got {value!r}")
+    return value.lower()
+
+
 def _log_level(value: str) -> str:
     level = value.upper()
     if level not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
@@ -310,6 +316,12 @@ class PoolOptions(ServerOptions, total=False):
         str,
         Option("INFO", "logging level of the pool", check=_log_level,
                choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")),
+    ]  # fmt: skip
+    log_format: Annotated[
+        str,
+        Option("text", "log lines of the pool: text, or json (one object per line, with the task's "
+               "jid, queue, operation, attempt, token and duration)", check=_log_format,
+               choices=("text", "json")),
     ]  # fmt: skip
     data_dir: Annotated[
         str | None,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fencekit._log import JobLines
 from fencekit._redis.keys import KeySpace
@@ -203,16 +203,20 @@ class Outcomes:
             )
         elif following is None:
             self.stats.failed += 1
+            extra = task_fields(envelope, queue, token)
             if exc is not None:
-                self.logger.error("%s, failed permanently: %s", what, _first_line(exc), exc_info=exc)
+                self.logger.error(
+                    "%s, failed permanently: %s", what, _first_line(exc), exc_info=exc, extra=extra
+                )
             else:
-                self.logger.error("%s, failed permanently", what)
+                self.logger.error("%s, failed permanently", what, extra=extra)
         else:
             self.stats.retried += 1
+            extra = task_fields(envelope, queue, token)
             if exc is not None:
-                self.logger.warning("%s, retrying in %.1fs: %s", what, delay, _first_line(exc))
+                self.logger.warning("%s, retrying in %.1fs: %s", what, delay, _first_line(exc), extra=extra)
             else:
-                self.logger.warning("%s, retrying in %.1fs", what, delay)
+                self.logger.warning("%s, retrying in %.1fs", what, delay, extra=extra)
         self.outbox.settle(queue, token, call, envelope.jid)
         self.wake()
 
@@ -235,3 +239,19 @@ def _first_line(exc: BaseException) -> str:
     """``Type: first line of the message`` (a retry's log line; the final failure logs the traceback)."""
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def task_fields(
+    envelope: codec.Envelope, queue: str, token: int, duration: float | None = None
+) -> dict[str, Any]:
+    """The task's fields of a structured log line (``log_format`` json, or the application's handlers)."""
+    fields = {
+        "jid": envelope.jid,
+        "queue": queue,
+        "operation": envelope.operation,
+        "attempt": codec.run_number(envelope.attempt),
+        "token": token,
+    }
+    if duration is not None:
+        fields["duration"] = duration
+    return fields

@@ -35,7 +35,7 @@ from fencekit._redis.run import translated
 from fencekit._redis.scripts import Call
 from fencekit.consume._observe import Observer
 from fencekit.consume._outbox import Outbox
-from fencekit.consume._outcomes import Outcomes
+from fencekit.consume._outcomes import Outcomes, task_fields
 from fencekit.consume._settle import Retention
 from fencekit.consume._threads import DEFAULT_SYNC_CONCURRENCY, SyncRunner
 from fencekit.consume.job import Job, JobSite, fenced_writes, set_current
@@ -213,6 +213,7 @@ class Performer(Outcomes):
                 envelope.operation,
                 codec.run_number(envelope.attempt),
                 spec.policy.runs(),
+                fields=task_fields(envelope, queue, token) if self.lines.structured else None,
             )
         timeout = None if plain else envelope.timeout if envelope.timeout is not None else spec.timeout
         if timeout is not None:
@@ -262,7 +263,9 @@ class Performer(Outcomes):
         ):
             return
         if self.lines.on:
-            self.lines.info("task %s completed in %.3fs", envelope.jid, time.perf_counter() - started)
+            took = time.perf_counter() - started
+            fields = task_fields(envelope, queue, token, round(took, 6)) if self.lines.structured else None
+            self.lines.info("task %s completed in %.3fs", envelope.jid, took, fields=fields)
         if self.observer is not None:
             self.observer.decided(queue, token, "succeeded")
         if plain and not job._checkpointed:

@@ -41,7 +41,7 @@ import orjson
 from fencekit import _coverage
 from fencekit._aio.loops import Backoff
 from fencekit._aio.scope import TaskScope
-from fencekit._log import LineHandler, flush_all
+from fencekit._log import JsonFormatter, LineHandler, flush_all
 from fencekit._redis import scripts
 from fencekit._redis.clients import aclose_client, async_client
 from fencekit._redis.keys import KeySpace
@@ -363,6 +363,8 @@ def main() -> NoReturn:
     try:
         config = ChildConfig.from_json(sys.stdin.buffer.read())
         logging.getLogger().setLevel(config.settings["log_level"])
+        if config.settings["log_format"] == "json":
+            logging.getLogger().handlers[0].setFormatter(JsonFormatter())
         app = load_app(config.app) if config.app else App(load_worker_paths(config.worker_paths))
         board = Board(config.board_slots, config.board_queues, fd=config.board_fd)
     except (FenceKitError, ValueError, KeyError) as exc:

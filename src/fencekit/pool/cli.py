@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fencekit._log import LineHandler
+from fencekit._log import line_handler
 from fencekit._redis.url import parse_url
 from fencekit.errors import ConfigError, StoreError
 from fencekit.jobs.worker import WorkerRegistry
@@ -96,7 +96,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     try:
         explicit = _explicit(args)
         settings: PoolSettings = resolve(PoolSettings, explicit, owner=prog)
-        logging.basicConfig(level=settings["log_level"], handlers=[LineHandler(sys.stdout)])
+        logging.basicConfig(level=settings["log_level"], handlers=[line_handler(settings["log_format"])])
         logger = logging.getLogger("fencekit.pool")
         spec = args.app or os.environ.get("FENCEKIT_APP")
         if not spec:
