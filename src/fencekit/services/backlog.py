@@ -1,7 +1,9 @@
 """The scaling signal: how much work waits in each queue, and for how long.
 
-Read by the pool's autoscaler (:mod:`fencekit.pool._autoscale`) and by
-``/metrics`` (``fencekit_queue_backlog``, ``fencekit_queue_oldest_age_seconds``).
+Read by the pool's autoscaler (:mod:`fencekit.pool._autoscale`) with
+:func:`read_backlog`, and for ``/metrics`` (``fencekit_queue_backlog``,
+``fencekit_queue_oldest_age_seconds``) inside the admin snapshot's per-queue
+batch (:meth:`Backlog.from_reply`).
 One ``backlog.lua`` call per queue, all in one round trip: the pending lists
 (priorities and parked tasks included), the scheduled tasks already due, and
 the enqueue time of the oldest task next to be claimed -- each read O(1) or
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import redis.asyncio
 
@@ -45,6 +48,13 @@ class Backlog:
         """Tasks that could run now: pending plus due."""
         return self.pending + self.due
 
+    @classmethod
+    def from_reply(cls, reply: Sequence[Any]) -> Backlog:
+        """The backlog of one ``backlog.lua`` reply (also read inside the admin snapshot's batch)."""
+        pending, due, oldest, now_ms = reply
+        text = as_text(oldest)
+        return cls(int(pending), int(due), int(text) if text else None, int(now_ms))
+
 
 async def read_backlog(
     client: redis.asyncio.Redis, keys: KeySpace, queues: Sequence[str]
@@ -60,7 +70,5 @@ async def read_backlog(
     for queue, reply in zip(queues, replies, strict=True):
         if isinstance(reply, BaseException):
             raise reply
-        pending, due, oldest, now_ms = reply
-        text = as_text(oldest)
-        out[queue] = Backlog(int(pending), int(due), int(text) if text else None, int(now_ms))
+        out[queue] = Backlog.from_reply(reply)
     return out

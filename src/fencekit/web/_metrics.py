@@ -1,7 +1,11 @@
 """``/metrics``: the admin source's reading in Prometheus text format.
 
 Counters and gauges per queue (``fencekit_queue_paused``: 1 while an operator
-has it paused), the consumers with a fresh heartbeat, the p50/p95 and depth of
+has it paused), the scaling signal (``fencekit_queue_backlog`` and
+``fencekit_queue_oldest_age_seconds`` per queue, read by ``backlog.lua`` in the
+snapshot's per-queue batch: no round trip of their own, O(1) or O(log n) per
+list; ``fencekit_desired_workers``, the placement's ``desired_workers()``),
+the consumers with a fresh heartbeat, the p50/p95 and depth of
 each queue's newest complete minute of history (over every host: what a
 per-host histogram cannot give), the job-duration
 histogram of this process, its periodic loops (unexpected errors survived,
@@ -28,8 +32,7 @@ from prometheus_client.core import (
 
 from fencekit.errors import StoreError
 from fencekit.jobs.history import HistoryBucket
-from fencekit.services.backlog import Backlog, read_backlog
-from fencekit.web._batch_view import bounded
+from fencekit.services.backlog import Backlog
 from fencekit.web.source import AdminSource, BatchCounts, ChildView, DurationHistogram, LoopView, Snapshot
 
 __all__ = ["Collector", "Metrics", "Reading", "read"]
@@ -50,8 +53,9 @@ class Reading:
     batches: BatchCounts | None = None
     """What this process's batch loops did (None: it runs none)."""
     backlog: Mapping[str, Backlog] = field(default_factory=dict)
-    """Per queue, the scaling signal (:mod:`fencekit.services.backlog`)."""
+    """Per queue, the scaling signal (:mod:`fencekit.services.backlog`), read in the snapshot's batch."""
     desired: int | None = None
+    """The workers the host would run (its placement's ``desired_workers()``; None: not a host)."""
 
 
 async def read(source: AdminSource) -> Reading:
@@ -61,11 +65,10 @@ async def read(source: AdminSource) -> Reading:
         snap = await source.snapshot()
         last_minute = await source.last_minute()
         open_batches = await source.open_batches()
-        names = [q.name for q in snap.queues]
-        backlog = await bounded(read_backlog(source.redis, source.keys, names), source.snapshot_timeout)
     except StoreError as exc:
         source.logger.warning("metrics: Redis unavailable: %s", exc)
         return Reading(None, source.pool_children(), source.durations, source.loop_health(), batches=batches)
+    backlog = {q.name: q.backlog for q in snap.queues if q.backlog is not None}  # read in the snapshot
     desired = source.desired_workers() if source.desired_workers is not None else None
     return Reading(
         snap,

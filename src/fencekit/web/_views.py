@@ -16,6 +16,7 @@ from fencekit.jobs.histogram import DurationHistogram
 from fencekit.jobs.records import JobInfo
 from fencekit.produce.handle import DeadLetter, QueueStats, ScheduledTask
 from fencekit.produce.schedules import ScheduleInfo
+from fencekit.services.backlog import Backlog
 
 __all__ = [
     "BatchCounts",
@@ -40,6 +41,8 @@ class QueueView:
     dead_letters: int
     paused: bool = False
     """An operator paused it (``queue.pause()``): no consumer claims from it until it is resumed."""
+    backlog: Backlog | None = None
+    """Pending plus due scheduled tasks and the oldest one's age (``backlog.lua``, read in the same batch)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,8 +10,8 @@ exactly what ``Client``/``Queue`` would report:
 1. the registry: known and paused queues, registered consumers with their info,
    their last beats, and Redis's own clock (beat ages are measured on the clock
    that wrote them, so host clock skew does not make consumers look dead);
-2. per queue: counters, pending, scheduled and dead-letter counts, and per
-   consumer the size of its in-flight hash for each queue it polls;
+2. per queue: counters, the backlog (pending, due, oldest: ``backlog.lua``), scheduled and
+   dead-letter counts, and per consumer the size of its in-flight hash for each queue it polls;
 3. the newest dead letters of the queues that have any, and the periodic
    schedules registered in the known queues (``queue.schedules``).
 
@@ -58,6 +58,7 @@ from fencekit.produce._batch_steps import cancel_steps
 from fencekit.produce._results import cancel_job, read_job
 from fencekit.produce.handle import DeadLetter, Queue, QueueStats, ScheduledTask
 from fencekit.produce.schedules import schedules_steps
+from fencekit.services.backlog import Backlog
 from fencekit.settings import ClientSettings, defaults
 from fencekit.web._batch_view import BatchView, bounded, count_open, read_batch
 from fencekit.web._views import (
@@ -243,7 +244,7 @@ class AdminSource:
         ops: list[Op] = [cmd("hgetall", keys.queue(q).stats) for q in every]
         for q in shown:
             qk = keys.queue(q)
-            ops.append(scripts.pending_read(pending=qk.pending, envelopes=False))  # every priority list
+            ops.append(scripts.backlog(pending=qk.pending, scheduled=qk.scheduled))  # every list, due, oldest
             ops.append(cmd("zcard", qk.scheduled))
             ops.append(cmd("zcard", qk.dead_index))
         slots: list[tuple[str, str]] = []
@@ -257,9 +258,9 @@ class AdminSource:
 
         stats = {q: QueueStats.from_hash(replies[i]) for i, q in enumerate(every)}
         at = len(every)
-        counts: dict[str, tuple[int, int, int]] = {}
+        counts: dict[str, tuple[Backlog, int, int]] = {}
         for q in shown:
-            counts[q] = (int(replies[at][0]), int(replies[at + 1]), int(replies[at + 2]))
+            counts[q] = (Backlog.from_reply(replies[at]), int(replies[at + 1]), int(replies[at + 2]))
             at += 3
         queue_inflight = dict.fromkeys(shown, 0)
         consumer_inflight = dict.fromkeys(consumer_ids, 0)
@@ -272,8 +273,8 @@ class AdminSource:
         for s in stats.values():
             totals = totals + s
         views = tuple(
-            QueueView(q, stats[q], counts[q][0], counts[q][1], queue_inflight[q], counts[q][2], q in paused)
-            for q in shown
+            QueueView(q, stats[q], c[0].pending, c[1], queue_inflight[q], c[2], q in paused, c[0])
+            for q, c in counts.items()
         )
         consumers = tuple(
             consumer_view(

@@ -68,7 +68,7 @@ def drain_probe(*, pending: str, scheduled: str, stats: str, inflight: Sequence[
 
 
 def backlog(*, pending: str, scheduled: str) -> Call:
-    """What waits in one queue: ``{pending, due, oldest_ms}`` (``backlog.lua``)."""
+    """What waits in one queue: ``{pending, due, oldest_ms, now_ms}`` (``backlog.lua``)."""
     return call("backlog", (pending, scheduled), ())
 
 
