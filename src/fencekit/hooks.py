@@ -22,7 +22,8 @@ logged (``fencekit.hooks``, once per callback and then every 1,000th time)
 and the work goes on. A job's outcome callbacks run once Redis accepted
 the outcome (an ack that landed, a retry that was scheduled); an outcome
 Redis refuses is ``on_fenced_out`` instead. ``fencekit.integrations.otel.otel_hooks()``
-builds a set that records OpenTelemetry spans.
+builds a set that records OpenTelemetry spans, ``otel_metrics()`` one that records
+metrics; :meth:`FenceKitHooks.combine` makes one set of several.
 
 Nothing is called, and the hot path pays one ``is None`` test per job, when
 no hooks are given.
@@ -32,7 +33,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:  # hooks sit below the primitives that call them
@@ -126,6 +127,28 @@ class FenceKitHooks:
     trace_enqueue: Callable[[str, str, str], str | None] | None = None
     _errors: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
 
+    @classmethod
+    def combine(cls, *hooks: FenceKitHooks | None) -> FenceKitHooks:
+        """One set calling each of ``hooks`` in turn (``None`` entries are skipped).
+
+        ``FenceKitHooks.combine(otel_hooks(), otel_metrics())`` traces and
+        counts. A callback one set leaves unset costs nothing; one that raises is
+        logged by its own set and the next set is still called. ``trace_enqueue``
+        asks every set and carries the first ``traceparent`` given.
+        """
+        parts = [h for h in hooks if h is not None]
+        names = [f.name for f in fields(FenceKitHooks) if f.init and f.name != "trace_enqueue"]
+        merged: dict[str, Any] = {name: _fan_out(name, parts) for name in names}
+        tracers = [h for h in parts if h.trace_enqueue is not None]
+        if tracers:
+
+            def trace_enqueue(queue: str, operation: str, jid: str) -> str | None:
+                traces = [h.trace_of(queue, operation, jid) for h in tracers]
+                return next((t for t in traces if t is not None), None)
+
+            merged["trace_enqueue"] = trace_enqueue
+        return FenceKitHooks(**merged)
+
     # the primitives' (0.6.1's method names) --------------------------------------
     def idempotency_begin(self, key: str, won: bool) -> None:
         self.call("on_idempotency_begin", key, won)
@@ -190,6 +213,22 @@ class FenceKitHooks:
                 exc,
                 exc_info=count == 1,
             )
+
+
+def _fan_out(name: str, parts: list[FenceKitHooks]) -> Callback:
+    """The callback ``name`` of ``parts`` combined: None when none sets it, a set's own when one does."""
+    setting = [h for h in parts if getattr(h, name) is not None]
+    if not setting:
+        return None
+    if len(setting) == 1:
+        only: Callback = getattr(setting[0], name)
+        return only
+
+    def each(*args: Any) -> None:
+        for h in setting:
+            h.call(name, *args)
+
+    return each
 
 
 def check_hooks(hooks: object) -> FenceKitHooks | None:

@@ -1,4 +1,5 @@
-"""OpenTelemetry spans for fencekit: ``otel_hooks()``, :class:`~fencekit.hooks.FenceKitHooks` that trace.
+"""OpenTelemetry for fencekit: ``otel_hooks()`` (spans) and ``otel_metrics()`` (metrics), each a
+:class:`~fencekit.hooks.FenceKitHooks` (``FenceKitHooks.combine`` makes one set of both).
 
 Requires ``pip install 'fencekit-jobs[otel]'`` (``opentelemetry-api``) and a
 tracer provider configured by the application (the SDK setup is yours)::
@@ -27,6 +28,11 @@ What is traced:
 The spans of one process are kept until they end; a bound (``MAX_OPEN``)
 drops the oldest should a stage never report (a producer that crashed
 between encoding and sending).
+
+``otel_metrics()``: counters of finished, failed, retried and fenced-out jobs, the
+``fencekit.job.duration`` histogram, and the ``fencekit.jobs.in_flight`` and
+``fencekit.queue.backlog`` gauges (:class:`OtelMetrics` has the names, units and
+attributes, and how the backlog is read).
 """
 
 from __future__ import annotations
@@ -36,9 +42,10 @@ from collections import OrderedDict
 from typing import Any
 
 from fencekit.hooks import FenceKitHooks, JobEvent, key_label
+from fencekit.integrations._otel_metrics import OtelMetrics
 from fencekit.primitives.tokens import BeginOutcome
 
-__all__ = ["MAX_OPEN", "otel_hooks"]
+__all__ = ["MAX_OPEN", "OtelMetrics", "otel_hooks", "otel_metrics"]
 
 MAX_OPEN = 100_000
 """Spans of one process waiting for their end; past this the oldest are dropped unended."""
@@ -50,11 +57,33 @@ def otel_hooks(*, tracer_name: str = "fencekit", tracer_provider: Any = None) ->
     ``tracer_provider``: the provider to take the tracer from (default: the
     global one, ``opentelemetry.trace.get_tracer_provider()``).
     """
+    _require_api()
+    return _Tracing(tracer_name, tracer_provider).hooks()
+
+
+def otel_metrics(
+    meter_provider: Any = None, *, meter_name: str = "fencekit", backlog_interval: float = 15.0
+) -> OtelMetrics:
+    """Hooks that record OpenTelemetry metrics; ``FenceKitHooks.combine`` them with :func:`otel_hooks`.
+
+    ``meter_provider``: the provider to take the meter from (default: the global
+    one, ``opentelemetry.metrics.get_meter_provider()``). The backlog gauge needs
+    :meth:`OtelMetrics.start_backlog`/:meth:`~OtelMetrics.stop_backlog` registered as
+    startup/shutdown hooks of one process; it then reads Redis every ``backlog_interval`` s.
+    """
+    _require_api()
+    if not backlog_interval > 0:
+        raise ValueError(f"backlog_interval must be > 0, got {backlog_interval!r}")
+    from opentelemetry import metrics
+
+    return OtelMetrics(metrics.get_meter(meter_name, meter_provider=meter_provider), backlog_interval)
+
+
+def _require_api() -> None:
     if importlib.util.find_spec("opentelemetry") is None:
         raise ImportError(
             "fencekit.integrations.otel needs the otel extra: pip install 'fencekit-jobs[otel]'"
         ) from None
-    return _Tracing(tracer_name, tracer_provider).hooks()
 
 
 class _Tracing:
