@@ -171,11 +171,13 @@ class WakeClaims:
 
     def _hold(self, held: frozenset[str]) -> None:
         """The queues an operator paused are now ``held`` (QueueHolds, below): a resumed one is looked at."""
-        resumed = self._held - held
+        resumed, paused = self._held - held, held - self._held
         self._held = held
         self._empty.difference_update(resumed)
         if resumed:
             self._event.set()
+        if paused and self._waker.claiming:  # its claims were written before the pause was seen
+            self._spawn(self._waker.interrupt(self._unblock), name=f"fencekit-rearm-{self.consumer_id}")
 
     def _woken(self, queue: str | None) -> None:
         """The waker saw work in ``queue`` (None: look at every queue again)."""

@@ -27,6 +27,7 @@ for its claims' replies, so a stop never leaves a claim running behind it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -212,6 +213,14 @@ class Waker:
             backoff.rest()
             if link is not None:
                 await link.aclose()
+
+    async def interrupt(self, unblock: Callable[[int], Awaitable[Any]]) -> None:
+        """End a wait with claims behind it now (they run at once), so that the next wait is
+        armed with what the consumer knows now: a queue just paused gets no claims written behind
+        a wait that was armed before the pause was seen (and would claim what it enqueues later)."""
+        if self.claiming and self._client_id is not None:
+            with contextlib.suppress(FenceKitError):  # not allowed, or Redis gone: within its poll
+                await unblock(self._client_id)
 
     async def stop(self, task: asyncio.Task[None], unblock: Callable[[int], Awaitable[Any]]) -> None:
         """Make :meth:`run` (running as ``task``) end; with claims behind the BLPOP, unblock it and
