@@ -111,12 +111,19 @@ class JsonFormatter(LineFormatter):
             line = orjson.dumps(data).decode()
         return line
 
+    def head(self, created: float, level: str, name: str) -> str:
+        """The line's start, up to the message: ``{"time":..,"level":..,"logger":..,``."""
+        stamp = self.stamp(created).replace(",", ".")
+        return f'{{"time":"{stamp}Z","level":"{level}","logger":{orjson.dumps(name).decode()},'
+
     def line(self, created: float, level: str, name: str, message: str, fields: Mapping[str, Any]) -> str:
-        """The JSON line of one record (the per-job fast path calls it without a ``LogRecord``)."""
-        data = {"time": self.stamp(created).replace(",", ".") + "Z", "level": level, "logger": name}
-        data["message"] = message
-        data.update(fields)
-        return orjson.dumps(data, default=str).decode()
+        """The JSON line of one record (the per-job fast path builds the same from a cached head)."""
+        return self.head(created, level, name) + _body(message, fields)
+
+
+def _body(message: str, fields: Mapping[str, Any]) -> str:
+    """``"message":..,<fields>}``: a JSON line's rest after its head."""
+    return orjson.dumps({"message": message, **fields}, default=str).decode()[1:]
 
 
 class LineHandler(logging.StreamHandler):  # type: ignore[type-arg]
@@ -303,6 +310,8 @@ class JobLines:
         "_checked",
         "_guard",
         "_handler",
+        "_head",
+        "_head_ms",
         "_pending",
         "_pending_to",
         "_prefix",
@@ -319,6 +328,8 @@ class JobLines:
         self._checked = -RECHECK_S
         self._pending: list[str] = []  # this loop iteration's lines, handed over at the next
         self._pending_to: LineHandler | None = None
+        self._head_ms = -1  # the millisecond of _head, a JSON line's start
+        self._head = ""
         self.on = False
         self.structured = True  # whether info() uses its fields: not for our own text lines
         self.refresh()
@@ -339,22 +350,36 @@ class JobLines:
         self.refresh()
         return self.on
 
-    def info(self, msg: str, *args: Any, fields: Mapping[str, Any] | None = None) -> None:
-        """Log ``msg % args`` at INFO (the caller looked at :attr:`on` first); ``fields`` (the
-        task's :data:`TASK_FIELDS`, given when :attr:`structured`) go into a JSON line or the record."""
+    def info(self, msg: str, *args: Any, fields: dict[str, Any] | None = None) -> None:
+        """Log ``msg % args`` at INFO (the caller looked at :attr:`on` first).
+
+        ``fields`` (given when :attr:`structured`: the task's :data:`TASK_FIELDS`) go into the
+        JSON line or the record. The dict is the caller's to give away: a JSON line sets its
+        ``"message"`` key, which :func:`~fencekit.consume._outcomes.task_fields` puts first so
+        the message comes right after the logger (a dict keeps a key's place when it is set).
+        """
         handler = self._handler
         if handler is not None and self._guard is not None and _configured_above(self.logger):
             self._checked = -RECHECK_S  # the application configured logging just now
             self.refresh()
             handler = self._handler
         if handler is None:
+            if fields is not None:
+                fields.pop("message", None)  # a record's own attribute
             self.logger.info(msg, *args, stacklevel=2, extra=fields)
             return
         formatter = handler.formatter
+        now = time.time()
         if isinstance(formatter, JsonFormatter):
-            line = formatter.line(time.time(), "INFO", self.logger.name, msg % args, fields or {})
+            ms = int(now * 1000)
+            if ms != self._head_ms:
+                self._head_ms, self._head = ms, formatter.head(now, "INFO", self.logger.name)
+            if fields is None:
+                fields = {}
+            fields["message"] = msg % args
+            line = self._head + orjson.dumps(fields, default=str).decode()[1:]
         else:
-            line = f"{formatter.stamp(time.time())}{self._prefix}{msg % args}"  # type: ignore[union-attr]
+            line = f"{formatter.stamp(now)}{self._prefix}{msg % args}"  # type: ignore[union-attr]
         pending = self._pending
         if not pending:
             loop = _get_running_loop()

@@ -203,7 +203,7 @@ class Outcomes:
             )
         elif following is None:
             self.stats.failed += 1
-            extra = task_fields(envelope, queue, token)
+            extra = task_fields(envelope, queue, token, record=True)
             if exc is not None:
                 self.logger.error(
                     "%s, failed permanently: %s", what, _first_line(exc), exc_info=exc, extra=extra
@@ -212,7 +212,7 @@ class Outcomes:
                 self.logger.error("%s, failed permanently", what, extra=extra)
         else:
             self.stats.retried += 1
-            extra = task_fields(envelope, queue, token)
+            extra = task_fields(envelope, queue, token, record=True)
             if exc is not None:
                 self.logger.warning("%s, retrying in %.1fs: %s", what, delay, _first_line(exc), extra=extra)
             else:
@@ -242,16 +242,19 @@ def _first_line(exc: BaseException) -> str:
 
 
 def task_fields(
-    envelope: codec.Envelope, queue: str, token: int, duration: float | None = None
+    envelope: codec.Envelope, queue: str, token: int, duration: float | None = None, *, record: bool = False
 ) -> dict[str, Any]:
-    """The task's fields of a structured log line (``log_format`` json, or the application's handlers)."""
-    fields = {
-        "jid": envelope.jid,
-        "queue": queue,
-        "operation": envelope.operation,
-        "attempt": codec.run_number(envelope.attempt),
-        "token": token,
-    }
+    """The task's fields of a structured log line (``log_format`` json, or the application's handlers).
+
+    For :meth:`JobLines.info` the first key, ``"message"``, holds the message's place in a JSON
+    line; ``record=True`` leaves it out, for a record's ``extra=`` (where it is the record's own).
+    """
+    fields: dict[str, Any] = {} if record else {"message": ""}
+    fields["jid"] = envelope.jid
+    fields["queue"] = queue
+    fields["operation"] = envelope.operation
+    fields["attempt"] = codec.run_number(envelope.attempt)
+    fields["token"] = token
     if duration is not None:
         fields["duration"] = duration
     return fields
