@@ -75,5 +75,6 @@ def main() -> None:
             )
         print(f"  json / text: x{json_ / text:.2f}")
 
+
 if __name__ == "__main__":
     main()
