@@ -19,7 +19,7 @@ from fencekit import Client, Task
 
 APP = textwrap.dedent(
     """
-    import asyncio, os
+    import asyncio, os, time
 
     RUNS = os.environ["TEST_RUNS_DIR"]
     HELD = []  # what a greedy task leaves behind in its process
@@ -32,6 +32,8 @@ APP = textwrap.dedent(
         async def perform(cls, payload):
             if payload.get("grow_mb"):
                 HELD.append("x" * (payload["grow_mb"] << 20))  # written: resident, not just reserved
+            if payload.get("block"):
+                time.sleep(payload["block"])  # holds the event loop: its ticks come late
             if payload.get("sleep"):
                 await asyncio.sleep(payload["sleep"])
             with open(os.path.join(RUNS, f"runs-{os.getpid()}.log"), "a") as out:
@@ -204,3 +206,43 @@ def test_max_procs_below_procs_is_a_usage_error(app_dir: Path, redis_url: str) -
     assert pool.proc.wait(30) == 2
     pool.stop()
     assert "max_procs (1) must be at least procs (2)" in pool.output()
+
+
+@pytest.mark.xdist_group("faults")
+async def test_autoscaling_grows_on_lagging_loops_when_the_backlog_alone_would_not(
+    app_dir: Path, redis_url: str, r: Any
+) -> None:
+    """Tasks that hold the child's event loop (0.4 s each): the backlog (30) is far below
+    ``--scale-backlog``, but every child's loop runs late past ``--scale-lag`` (0.25 s), so the
+    pool grows by one child, shows the lag, and runs each task once."""
+    pool = PoolRunner(
+        app_dir, redis_url, "--procs", "1", "--max-procs", "2", "--scale-backlog", "100000",
+        "--concurrency", "2",
+    )  # fmt: skip
+    seen: list[int] = []
+    lags: list[float] = []
+    try:
+        pool.wait_ready()
+        async with Client(redis_url=redis_url) as client:
+            await client.enqueue_many([Task("recycle", "note", {"n": n, "block": 0.4}) for n in range(30)])
+
+            async def all_done() -> bool:
+                seen.append(children_now(pool))
+                lags.extend(
+                    float(line.split()[-1]) for line in metric_lines(pool, "fencekit_pool_child_loop_lag")
+                )
+                return len(done(app_dir / "runs")) >= 30
+
+            await eventually(all_done, timeout=60, interval=0.2, what="30 tasks")
+    finally:
+        assert pool.stop() == 0
+    assert max(seen) == 2, seen
+    assert max(lags) >= 0.25, lags
+    runs = done(app_dir / "runs")
+    assert sorted(n for n, _ in runs) == list(range(30))
+    assert len({pid for _, pid in runs}) == 2  # both children ran some
+    assert stats(r, "recycle").get("retried", 0) == 0
+    output = pool.output()
+    assert "every child's loop" in output, output[-3000:]
+    assert "growing to 2" in output, output[-3000:]
+    assert "ERROR" not in output, output[-3000:]

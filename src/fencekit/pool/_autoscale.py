@@ -6,6 +6,13 @@ scheduled tasks, one round trip) and derives the children it wants::
 
     desired = clamp(ceil(backlog / scale_backlog), procs, max_procs)
 
+and, while any task waits and every child serves with its event loop late by
+``scale_lag`` or more (loops busy with CPU work: more backlog per child is
+not needed to show they cannot keep up), at least one child more than run
+now -- one at a time: the next only once the new child serves and its own
+loop lags too. Lagging loops with work waiting also keep the pool from
+shrinking.
+
 - more than run now: it starts the missing children at once (each in a free
   slot, registered before it claims, as at the start);
 - fewer: once that has held for ``scale_cooldown`` seconds, it tells the
@@ -28,6 +35,7 @@ from typing import TYPE_CHECKING
 
 from fencekit._redis.keys import KeySpace
 from fencekit.errors import ConfigError
+from fencekit.pool._board import Board
 from fencekit.pool._children import Child, ChildState
 from fencekit.services.backlog import read_backlog
 from fencekit.settings import PoolSettings
@@ -58,6 +66,7 @@ class Scaling:
     keys: KeySpace
     logger: logging.Logger
     stopping: bool
+    board: Board | None
     _low_since: float | None = None
     _desired: int = 0
 
@@ -73,6 +82,13 @@ class Scaling:
     def wanted(self) -> list[Child]:
         return [c for c in self.children if c.wanted]
 
+    def loop_lag(self) -> float | None:
+        """The least loop lag among the wanted children, or None unless all of them serve."""
+        wanted, board = self.wanted(), self.board
+        if board is None or not wanted or not all(c.alive and c.ready for c in wanted):
+            return None
+        return min(board.read_lag(c.slot) for c in wanted)
+
     async def scale(self) -> None:
         """One check: read the backlog, grow at once or shrink after the cool-down (module docstring)."""
         if self.stopping:
@@ -81,15 +97,26 @@ class Scaling:
         read = await read_backlog(self.services.redis, self.keys, self.queues)
         backlog = sum(b.total for b in read.values())
         per = self.settings["scale_backlog"]
-        desired = self._desired = max(floor, min(ceiling, math.ceil(backlog / per)))
+        by_backlog = desired = max(floor, min(ceiling, math.ceil(backlog / per)))
         now = len(self.wanted())
+        lag = self.loop_lag() if backlog else None
+        if lag is not None and 0 < self.settings["scale_lag"] <= lag:
+            desired = max(desired, min(ceiling, now + 1))
+        self._desired = desired
         if desired > now:
             self._low_since = None
-            self.logger.info(
-                "autoscaling: %d tasks waiting, %d children (%d per child above scale_backlog %d): "
-                "growing to %d",
-                backlog, now, backlog // now, per, desired,
-            )  # fmt: skip
+            if by_backlog <= now:
+                self.logger.info(
+                    "autoscaling: %d tasks waiting and every child's loop %.2fs late (scale_lag %g), "
+                    "%d children: growing to %d",
+                    backlog, lag, self.settings["scale_lag"], now, desired,
+                )  # fmt: skip
+            else:
+                self.logger.info(
+                    "autoscaling: %d tasks waiting, %d children (%d per child above scale_backlog %d): "
+                    "growing to %d",
+                    backlog, now, backlog // now, per, desired,
+                )  # fmt: skip
             free = [
                 c for c in self.children
                 if not c.wanted and not c.alive and (c.exited is None or c.exited.done())

@@ -4,7 +4,8 @@ One ``memfd`` mapping, inherited by forked children and passed by fd to
 exec'd ones. The supervisor writes two header fields, the time of its last
 successful heartbeat and how many times it saw Redis lose its data; each
 child owns a slot where its *event loop* writes a timestamp every
-:data:`TICK` seconds plus its state and progress. A side thread could answer
+:data:`TICK` seconds plus its state, its progress and how late its ticks came
+(its loop lag, which autoscaling reads). A side thread could answer
 for a process whose loop is stuck, so the loop itself writes (gunicorn's
 heartbeat file, without the file system).
 
@@ -28,8 +29,11 @@ STARTING, READY, STOPPING = 0, 1, 2
 _HEADER = struct.Struct("dq")  # supervisor: last heartbeat that reached Redis, data losses seen
 _BEAT = struct.Struct("d")
 _RESETS = struct.Struct("q")
-# tick, state, pid, tasks processed, tasks running; then per queue: duration sum, counts per bucket
-_SLOT_HEAD = struct.Struct("dqqqq")
+LAG_WINDOW = 4
+"""A child's loop lag is the most its last this many ticks came late (2 s of ticks)."""
+
+# tick, state, pid, tasks processed, tasks running, loop lag; then per queue: duration sum, counts per bucket
+_SLOT_HEAD = struct.Struct("dqqqqd")
 _WIDTH = len(DEFAULT_BUCKETS) + 1  # counts per histogram, +Inf last
 _ZEROS = (0,) * _WIDTH
 
@@ -61,7 +65,7 @@ class Board:
         _RESETS.pack_into(self._map, _BEAT.size, resets)
 
     def reset_slot(self, slot: int, now: float) -> None:
-        self._slot.pack_into(self._map, self._offset(slot), now, STARTING, 0, 0, 0, *self._blank)
+        self._slot.pack_into(self._map, self._offset(slot), now, STARTING, 0, 0, 0, 0.0, *self._blank)
 
     def read_slot(self, slot: int) -> tuple[float, int, int, int]:
         tick, state, pid, settled = _SLOT_HEAD.unpack_from(self._map, self._offset(slot))[:4]
@@ -70,6 +74,10 @@ class Board:
     def read_running(self, slot: int) -> int:
         """How many tasks child ``slot`` ran at its last tick."""
         return int(_SLOT_HEAD.unpack_from(self._map, self._offset(slot))[4])
+
+    def read_lag(self, slot: int) -> float:
+        """Seconds child ``slot``'s event loop ran late at its last ticks (a loop busy with CPU work)."""
+        return float(_SLOT_HEAD.unpack_from(self._map, self._offset(slot))[5])
 
     def read_durations(self, slot: int) -> QueueDurations:
         """The per-queue job-duration histograms child ``slot`` last published."""
@@ -100,13 +108,16 @@ class Board:
         settled: int,
         durations: QueueDurations,
         running: int = 0,
+        lag: float = 0.0,
     ) -> None:
         histograms: list[float | int] = []
         for queue in self.queues:
             histogram = durations.get(queue)
             histograms.append(histogram.sum)
             histograms += histogram.counts
-        self._slot.pack_into(self._map, self._offset(slot), now, state, pid, settled, running, *histograms)
+        self._slot.pack_into(
+            self._map, self._offset(slot), now, state, pid, settled, running, lag, *histograms
+        )
 
     def _offset(self, slot: int) -> int:
         if not 0 <= slot < self.slots:

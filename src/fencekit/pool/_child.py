@@ -33,6 +33,7 @@ import signal
 import sys
 import time
 import traceback
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
@@ -54,7 +55,7 @@ from fencekit.jobs import _ids as ids
 from fencekit.jobs._registry import lease_ok
 from fencekit.jobs.functions import attach_client
 from fencekit.jobs.worker import WorkerRegistry
-from fencekit.pool._board import READY, STARTING, STOPPING, TICK, Board
+from fencekit.pool._board import LAG_WINDOW, READY, STARTING, STOPPING, TICK, Board
 from fencekit.pool._stall import register_stack_dump
 from fencekit.produce.client import Client
 from fencekit.runtime.app import App, load_app, load_worker_paths
@@ -239,15 +240,21 @@ async def _serve(
     state = STARTING
 
     async def ticker() -> None:
+        late: deque[float] = deque(maxlen=LAG_WINDOW)
+        due: float | None = None
         while True:
+            now = time.monotonic()
+            if due is not None:
+                late.append(max(0.0, now - due))
             board.tick(
                 config.slot,
-                time.monotonic(),
+                now,
                 state,
                 pid,
                 consumer.stats.processed,
                 consumer.stats.by_queue,
                 consumer.running,
+                max(late, default=0.0),
             )
             if os.getppid() != config.parent and not stop.is_set():
                 logger.warning(
@@ -256,6 +263,7 @@ async def _serve(
                     config.parent,
                 )
                 stop.set()
+            due = time.monotonic() + TICK
             await asyncio.sleep(TICK)
 
     scope.start(ticker(), name="fencekit-ticker")

@@ -241,4 +241,5 @@ def child_view(child: Child, board: Board | None, stalled: float | None) -> Chil
         ready=child.ready and stalled is None,
         stalled_for=round(stalled, 1) if stalled is not None else None,
         recycles=tuple(sorted(child.recycles.items())),
+        loop_lag=round(board.read_lag(child.slot), 3) if board is not None and child.alive else 0.0,
     )

@@ -277,6 +277,11 @@ def _child_metrics(children: tuple[ChildView, ...]) -> Iterator[Metric]:
         "Seconds the event loop of a slot's child has not ticked, once past the stall threshold; else 0.",
         labels=["slot"],
     )
+    lag = GaugeMetricFamily(
+        "fencekit_pool_child_loop_lag_seconds",
+        "How late the event loop of a slot's child ran its ticks over the last 2 s (CPU-bound loops).",
+        labels=["slot"],
+    )
     recycles = CounterMetricFamily(
         "fencekit_pool_child_recycles",
         "Times the child of a slot was replaced on purpose (reason: max_jobs, max_memory); "
@@ -289,10 +294,12 @@ def _child_metrics(children: tuple[ChildView, ...]) -> Iterator[Metric]:
             recycles.add_metric([str(child.slot), reason], float(dict(child.recycles).get(reason, 0)))
         uptime.add_metric([str(child.slot)], child.uptime)
         stalled.add_metric([str(child.slot)], child.stalled_for or 0.0)
+        lag.add_metric([str(child.slot)], child.loop_lag)
     yield restarts
     yield recycles
     yield uptime
     yield stalled
+    yield lag
     count = GaugeMetricFamily("fencekit_pool_children", "Pool children running now.")
     count.add_metric([], float(len(children)))
     yield count

@@ -78,6 +78,8 @@ class ChildView:
     """Seconds its event loop has not ticked, when past the stall threshold (state "stalled")."""
     recycles: tuple[tuple[str, int], ...] = ()
     """Replacements of the slot's processes on purpose, by reason: ``("max_jobs", 3)`` ..."""
+    loop_lag: float = 0.0
+    """Seconds its event loop's ticks came late lately (a loop busy with CPU work; autoscaling reads it)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,18 +22,29 @@ from. Resolved settings are the same TypedDicts with every key present.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 from typing_extensions import TypedDict
 
 from fencekit._options import Option, defaults, describe, given, resolve, table, with_url
 from fencekit._redis.address import default_url
-from fencekit._redis.keys import DEFAULT_PREFIX, validate_prefix
-from fencekit._redis.url import parse_url
+from fencekit._redis.keys import DEFAULT_PREFIX
 from fencekit.jobs.codec import DEFAULT_MAX_PAYLOAD
 from fencekit.jobs.flow import check_weights, parse_weights
+from fencekit.settings._checks import (
+    _cpu_count,
+    _link,
+    _log_format,
+    _log_level,
+    _not_empty,
+    _port,
+    _port_text,
+    _prefix,
+    _url,
+    at_least,
+    positive,
+)
 
 __all__ = [
     "DEFAULT_SYNC_CONCURRENCY",
@@ -56,75 +67,6 @@ __all__ = [
 
 DEFAULT_SYNC_CONCURRENCY = 16
 """Threads of one consumer for sync (plain ``def``) tasks, unless ``sync_concurrency`` says otherwise."""
-
-_OFF = frozenset(("", "none", "off", "null"))
-
-
-# checks ----------------------------------------------------------------------------
-
-
-def at_least(low: float) -> Callable[[Any], Any]:
-    def check(value: Any) -> Any:
-        if value < low:
-            raise ValueError(f"be >= {low:g}, got {value!r}")
-        return value
-
-    return check
-
-
-def positive(value: Any) -> Any:
-    if not value > 0:
-        raise ValueError(f"be positive, got {value!r}")
-    return value
-
-
-def _port(value: int | None) -> int | None:
-    if value is not None and not 0 <= value < 65536:
-        raise ValueError(f"be a port from 0 to 65535 (0: any free port; off: no web server), got {value!r}")
-    return value
-
-
-def _url(value: str) -> str:
-    parse_url(value)  # ConfigError with the redacted URL
-    return value
-
-
-def _prefix(value: str) -> str:
-    return validate_prefix(value)
-
-
-def _link(value: str) -> str:
-    if value not in ("lean", "redis-py"):
-        raise ValueError(f"be 'lean' or 'redis-py', got {value!r}")
-    return value
-
-
-def _log_format(value: str) -> str:
-    if value.lower() not in ("text", "json"):
-        raise ValueError(f"be text or json, got {value!r}")
-    return value.lower()
-
-
-def _log_level(value: str) -> str:
-    level = value.upper()
-    if level not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
-        raise ValueError(f"be one of DEBUG, INFO, WARNING, ERROR, CRITICAL, got {value!r}")
-    return level
-
-
-def _not_empty(value: str | None) -> str | None:
-    if value is not None and not value:
-        raise ValueError("not be an empty string")
-    return value
-
-
-def _port_text(text: str) -> int | None:
-    return None if text.strip().lower() in (*_OFF, "-1") else int(text)
-
-
-def _cpu_count() -> int:
-    return os.cpu_count() or 1
-
 
 # the settings ------------------------------------------------------------------------
 
@@ -355,6 +297,16 @@ class PoolOptions(ServerOptions, total=False):
             "autoscaling: seconds the backlog must stay low before the pool shrinks (a child "
             "scaled down finishes its tasks first, as a recycled one does)",
             check=positive,
+            metavar="S",
+        ),
+    ]
+    scale_lag: Annotated[
+        float,
+        Option(
+            0.25,
+            "autoscaling: also grow by one child while tasks wait and every child's event loop runs "
+            "this many seconds late (loops busy with CPU work); 0: the backlog alone decides",
+            check=at_least(0),
             metavar="S",
         ),
     ]
