@@ -8,16 +8,19 @@ medians, this ÷ other. Alternating rounds spread a shared machine's noise
 over both sides; compare the ratios, not the absolute figures.
 
     python -m bench.ab ../fencekit-main --rounds 3 --n 200000 [--op fenced] [--level INFO] [--case Server]
-        [--keep-result 3600]
+        [--keep-result 3600] [--this-env FENCEKIT_MAX_JOBS=100000000 ...]
 
 ``--op`` picks the job (``noop``, ``fenced``, ... of ``bench.apps``) and
 ``--level`` the pool's log level (WARNING by default; INFO logs each job's
-two lines).
+two lines). ``--this-env NAME=VALUE`` (repeatable) sets an environment variable for this
+checkout's runs only: with ``OTHER_CHECKOUT`` a checkout of the same commit, a setting's cost
+(``FENCEKIT_<SETTING>``) against its default.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -46,12 +49,28 @@ with RedisServer() as srv:
 
 
 def in_checkout(
-    root: Path, n: int, procs: int, server: bool, op: str = "noop", level: str = "WARNING", keep: float = 0.0
+    root: Path,
+    n: int,
+    procs: int,
+    server: bool,
+    op: str = "noop",
+    level: str = "WARNING",
+    keep: float = 0.0,
+    env: dict[str, str] | None = None,
 ) -> float:
-    """One drain run by ``root``'s own interpreter in ``root``; returns jobs/s."""
+    """One drain run by ``root``'s own interpreter in ``root`` (``env`` added to its environment);
+    returns jobs/s."""
     python = root / ".venv" / "bin" / "python"
     argv = [str(python), "-c", DRAIN, str(n), str(procs), "1" if server else "0", op, level, str(keep)]
-    out = subprocess.run(argv, cwd=root, check=True, capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        argv,
+        cwd=root,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, **(env or {})},
+    )
     return float(out.stdout.strip().splitlines()[-1])
 
 
@@ -68,7 +87,11 @@ def main() -> None:
     parser.add_argument(
         "--keep-result", type=float, default=0.0, help="seconds each task's record is kept (0: none)"
     )
+    parser.add_argument(
+        "--this-env", action="append", default=[], metavar="NAME=VALUE", help="for this checkout's runs only"
+    )
     args = parser.parse_args()
+    this_env = dict(item.split("=", 1) for item in args.this_env)
     cases = [case for case in CASES if args.case in case[0]]
     here = Path(__file__).resolve().parents[1]
     sides = {"this": here, "other": args.other.resolve()}
@@ -76,9 +99,12 @@ def main() -> None:
     for _ in range(args.rounds):
         for side, root in sides.items():
             for label, procs, server in cases:
-                rate = in_checkout(root, args.n, procs, server, args.op, args.level, args.keep_result)
+                env = this_env if side == "this" else None
+                rate = in_checkout(root, args.n, procs, server, args.op, args.level, args.keep_result, env)
                 figures.setdefault((side, label), []).append(rate)
                 print(f"{side:5} {label}: {rate:,.0f} jobs/s", file=sys.stderr, flush=True)
+    if this_env:
+        print("this: " + " ".join(f"{k}={v}" for k, v in this_env.items()))
     print(f"| drain, {args.n:,} no-op tasks, -c 128 | other | this | this ÷ other (medians) |")
     print("|---|---|---|---|")
     for label, _, _ in cases:
