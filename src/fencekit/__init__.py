@@ -36,6 +36,7 @@ from fencekit.errors import (
     LockNotAcquired,
     LockNotOwned,
     NoCurrentJob,
+    OutboxUnavailable,
     PayloadError,
     StoreError,
 )
@@ -151,6 +152,7 @@ __all__ = [  # noqa: RUF022 - grouped by topic
     "LockNotAcquired",
     "LockNotOwned",
     "NoCurrentJob",
+    "OutboxUnavailable",
     "PayloadError",
     "StoreError",
     "__version__",

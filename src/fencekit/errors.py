@@ -15,6 +15,7 @@
     ├── EncodeError (TypeError)      a value the RESP encoder cannot frame
     ├── StoreError                   Redis failed, timed out or went away mid-call
     │   └── DurabilityError          accepted by the master, not confirmed by enough replicas
+    ├── OutboxUnavailable            the outbox's SQL database failed (the relay backs off, retries)
     ├── Interrupted                  checkpoint() while the process stops: back to the queue, no attempt
     ├── NoCurrentJob (RuntimeError)  current_job() outside a running job
     ├── JobNotFound (LookupError)    no record of that jid: never kept, or forgotten
@@ -58,6 +59,7 @@ __all__ = [
     "LockNotAcquired",
     "LockNotOwned",
     "NoCurrentJob",
+    "OutboxUnavailable",
     "PayloadError",
     "StoreError",
     "script_error",
@@ -141,6 +143,13 @@ class DurabilityError(StoreError):
     def __init__(self, message: str, confirmed: int = 0) -> None:
         super().__init__(message)
         self.confirmed = confirmed
+
+
+class OutboxUnavailable(FenceKitError):
+    """The outbox's SQL database failed or cannot be reached: the relay backs off and retries
+    (its rows stay in the table; a batch whose delete failed is pushed again, deduped)."""
+
+    transient = True  # logged as a WARNING: not the process's Redis outage
 
 
 class Interrupted(FenceKitError):

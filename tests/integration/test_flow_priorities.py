@@ -51,6 +51,7 @@ PENDING_SCRIPTS = {
     "enqueue.lua": "_prio",
     "enqueue_tracked.lua": "_prio",
     "enqueue_unique.lua": "_prio",
+    "outbox_push.lua": "_prio",
     "failed_retry.lua": "_prio",
     "failed_retry_many.lua": "_prio",
     "history_sample.lua": "_prio",

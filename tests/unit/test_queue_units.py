@@ -574,6 +574,15 @@ def every_call(keys: KeySpace, queue: str) -> dict[str, scripts.Call]:
             envelopes=[b"{}"],
             records=[qk.job("j")],
         ),
+        "outbox_forget": scripts.outbox_forget(markers=[qk.relayed("j")]),
+        "outbox_push": scripts.outbox_push(
+            pending=qk.pending,
+            scheduled=qk.scheduled,
+            stats=qk.stats,
+            wake=qk.wake,
+            marker_ms=1000,
+            tasks=[(qk.job("j"), qk.relayed("j"), 0, 1000, b"{}")],
+        ),
         "enqueue_unique": scripts.enqueue_unique(
             pending=qk.pending,
             scheduled=qk.scheduled,

@@ -138,8 +138,12 @@ class Loop:
         step: Callable[[], Awaitable[object]],
         interval: Callable[[], float],
         backoff: Backoff,
+        retry: tuple[type[BaseException], ...] = (StoreError,),
     ) -> None:
         self.name = name
+        self.retry = retry
+        """Failures the loop backs off on (the store, or another service it depends on): the others
+        are bugs or bad data, logged with their traceback."""
         self.step = step
         self.interval = interval
         self.backoff = backoff
@@ -153,7 +157,7 @@ class Loop:
             while True:
                 try:
                     await self.step()
-                except StoreError as exc:
+                except self.retry as exc:
                     await self.backoff.pause(exc)
                     continue
                 except Exception:

@@ -207,6 +207,10 @@ class QueueKeys:
         """The dedupe key of ``Task(unique_key=key)``: the jid of the task holding it."""
         return self._job_base[: -len("job:")] + "unique:" + key
 
+    def relayed(self, jid: str) -> str:
+        """``P:{Q}:relayed:<jid>``: task ``jid`` came from the SQL outbox (the relay pushes it once)."""
+        return self._job_base[: -len("job:")] + "relayed:" + jid
+
     def cron_last(self, operation: str) -> str:
         """The newest tick enqueued for the schedule of ``operation`` (``P:{Q}:cron:<operation>``)."""
         return self._job_base[: -len("job:")] + "cron:" + operation

@@ -10,6 +10,7 @@
     fencekit purge QUEUE [--yes]
     fencekit dead-letters QUEUE [--revive ID | --revive-all | --purge]
     fencekit failed QUEUE [--retry JID | --retry-all | --show JID]
+    fencekit relay --sql-url URL [options]     the SQL outbox's relay alone (fencekit.cli.relay)
 
 The operator verbs are one module per group -- :mod:`~fencekit.cli.enqueue`,
 :mod:`~fencekit.cli.inspect` (reading: queues, consumers, schedules, job, batch) and
@@ -33,9 +34,10 @@ __all__ = ["main", "verbs"]
 
 def verbs() -> dict[str, Verb]:
     """The operator verbs by name (imported on use: ``fencekit pool`` loads none of them)."""
-    from fencekit.cli import enqueue, inspect, manage
+    from fencekit.cli import enqueue, inspect, manage, relay
 
-    return {verb.name: verb for group in (enqueue.VERBS, inspect.VERBS, manage.VERBS) for verb in group}
+    groups = (enqueue.VERBS, inspect.VERBS, manage.VERBS, relay.VERBS)
+    return {verb.name: verb for group in groups for verb in group}
 
 
 def _usage(known: dict[str, Verb]) -> str:

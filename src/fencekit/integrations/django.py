@@ -7,18 +7,37 @@ is accepted too. :func:`fenced_upsert` is one raw statement per dialect, built
 from the model's meta with the connection's own quoting: Django's
 ``bulk_create(update_conflicts=True)`` cannot carry the fence predicate.
 The SQL and the race they close are explained in ``docs/guides/database.md``.
+
+The transactional outbox (``docs/guides/outbox.md``): :func:`enqueue_in` writes a
+task into the outbox table in the connection's current transaction (inside
+``transaction.atomic()`` it commits, or rolls back, with your writes), and
+:func:`create_outbox_operation` is the migration operation that creates the
+table (its columns are the SQLAlchemy ones, compiled for the connection's
+database: the outbox needs ``fencekit-jobs[sql]`` beside Django).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from fencekit.errors import ConfigError, FencedOutError
 from fencekit.integrations._fencing import UpsertOutcome, token_value
+from fencekit.jobs.task import Task
 from fencekit.primitives.tokens import FenceToken
+from fencekit.produce.outbox import check_dialect, outbox_row
+from fencekit.settings import ClientOptions, resolve
 
-__all__ = ["FenceField", "SupportsFencedUpdate", "UpsertOutcome", "fenced_update", "fenced_upsert"]
+__all__ = [
+    "FenceField",
+    "SupportsFencedUpdate",
+    "UpsertOutcome",
+    "create_outbox_operation",
+    "enqueue_in",
+    "fenced_update",
+    "fenced_upsert",
+]
 
 
 def FenceField(**options: Any) -> Any:
@@ -177,3 +196,70 @@ def fenced_upsert(
                 return UpsertOutcome.STALE
             return UpsertOutcome.INSERTED
         raise ConfigError(f"fenced_upsert supports PostgreSQL and MySQL/MariaDB, not {connection.vendor!r}")
+
+
+_VENDORS = {"postgresql": "postgresql", "mysql": "mysql"}  # Django's vendor -> the outbox's dialect
+
+
+def enqueue_in(
+    task: Task,
+    using: str = "default",
+    *,
+    delay: float | timedelta | None = None,
+    at: datetime | None = None,
+    table: str | None = None,
+) -> str:
+    """Write ``task`` into the outbox through Django's connection ``using``; returns its jid.
+
+    In ``transaction.atomic()`` the task is enqueued once that transaction
+    commits (a relay moves it to Redis) and never if it rolls back; outside
+    one, Django commits the row at once. ``table`` defaults to the
+    ``outbox_table`` setting (``FENCEKIT_OUTBOX_TABLE``).
+    """
+    from django.db import connections
+
+    connection = connections[using]
+    dialect = check_dialect(_VENDORS.get(connection.vendor, connection.vendor))
+    name = table or resolve(ClientOptions, {}, owner="enqueue_in")["outbox_table"]
+    row = outbox_row(task, delay=delay, at=at)
+    quoted = connection.ops.quote_name(name)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {quoted} (queue, jid, due_ms, keep_ms, envelope) VALUES (%s, %s, %s, %s, %s)",
+            [row.queue, row.jid, row.due_ms, row.keep_ms, row.envelope],
+        )
+        if dialect == "postgresql":
+            cursor.execute("SELECT pg_notify(%s, '')", [name])
+    return row.jid
+
+
+def create_outbox_operation(table: str | None = None) -> Any:
+    """A migration operation creating the outbox table (and dropping it when migrated back)::
+
+    operations = [create_outbox_operation()]
+    """
+    from django.db import migrations
+
+    def forward(apps: Any, schema_editor: Any) -> None:
+        for statement in _outbox_ddl(schema_editor.connection, table):
+            schema_editor.execute(statement, params=None)
+
+    def backward(apps: Any, schema_editor: Any) -> None:
+        name = table or resolve(ClientOptions, {}, owner="create_outbox_operation")["outbox_table"]
+        schema_editor.execute(f"DROP TABLE {schema_editor.connection.ops.quote_name(name)}", params=None)
+
+    return migrations.RunPython(forward, backward)
+
+
+def _outbox_ddl(connection: Any, table: str | None) -> list[str]:
+    """``CREATE TABLE`` of the outbox for Django ``connection``'s database, from the SQLAlchemy columns."""
+    import sqlalchemy as sa
+    from sqlalchemy.dialects import mysql, postgresql
+    from sqlalchemy.schema import CreateTable
+
+    from fencekit.produce.outbox import outbox_table
+
+    dialect = check_dialect(_VENDORS.get(connection.vendor, connection.vendor))
+    name = table or resolve(ClientOptions, {}, owner="create_outbox_operation")["outbox_table"]
+    compiled = postgresql.dialect() if dialect == "postgresql" else mysql.dialect()  # type: ignore[no-untyped-call]
+    return [str(CreateTable(outbox_table(name, sa.MetaData())).compile(dialect=compiled))]

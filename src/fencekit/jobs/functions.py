@@ -68,6 +68,9 @@ __all__ = [
 P = ParamSpec("P")
 R = TypeVar("R")
 
+OutboxWriter = Callable[[Any, Task, "float | timedelta | None", "datetime | None"], Any]
+"""Writes a task into the SQL outbox (the App gives its place ``produce.outbox.enqueue_in``)."""
+
 DEFAULT_QUEUE = "default"
 
 RUN_KEEP_RESULT = 3600.0
@@ -78,9 +81,13 @@ class ClientPlace:
     """Which :class:`~fencekit.produce.client.Client` enqueues, per event loop (see the module docstring)."""
 
     def __init__(
-        self, opener: Callable[[], Client], sync_opener: Callable[[], SyncClient] | None = None
+        self,
+        opener: Callable[[], Client],
+        sync_opener: Callable[[], SyncClient] | None = None,
+        outbox: OutboxWriter | None = None,
     ) -> None:
         self._opener = opener
+        self._outbox = outbox
         self._opened: dict[asyncio.AbstractEventLoop, Client] = {}
         self._attached: dict[asyncio.AbstractEventLoop, list[Client]] = {}
         self._sync_opener = sync_opener
@@ -133,6 +140,13 @@ class ClientPlace:
 
     async def _enqueue(self, task: Task, delay: float | timedelta | None, at: datetime | None) -> str:
         return await self.client().enqueue(task, delay=delay, at=at)  # on the serving loop: its client
+
+    def enqueue_in(self, where: Any, task: Task, delay: float | timedelta | None, at: datetime | None) -> Any:
+        """Write ``task`` into the SQL outbox in ``where``'s transaction (the jid, awaitable for an
+        asyncio session): ``fencekit.integrations.sql.outbox.enqueue_in`` with the app's settings."""
+        if self._outbox is None:
+            raise RuntimeError("this task function has no outbox writer: build it with App.task")
+        return self._outbox(where, task, delay, at)
 
     def sync_client(self) -> SyncClient:
         """The process's :class:`~fencekit.produce.sync_client.SyncClient`, opened on first use."""
@@ -220,6 +234,10 @@ class TaskCall(Generic[P, R]):
         """:meth:`enqueue` for synchronous code (see :meth:`ClientPlace.enqueue_sync`); returns the jid."""
         return self.function.place.enqueue_sync(self.build(*args, **kwargs), self.delay, self.at)
 
+    def enqueue_in(self, where: Any, *args: P.args, **kwargs: P.kwargs) -> Any:
+        """Write the call into the SQL outbox in ``where``'s transaction (:meth:`TaskFunction.enqueue_in`)."""
+        return self.function.place.enqueue_in(where, self.build(*args, **kwargs), self.delay, self.at)
+
     async def run(self, *args: P.args, **kwargs: P.kwargs) -> R:
         """Enqueue the call and wait for its result (``Client.result``: JobFailed if it failed)."""
         task = self.build(*args, **kwargs)
@@ -299,6 +317,15 @@ class TaskFunction(Generic[P, R]):
         client; elsewhere through the app's one ``SyncClient`` per process.
         """
         return self.place.enqueue_sync(self.build(*args, **kwargs), None, None)
+
+    def enqueue_in(self, where: Any, *args: P.args, **kwargs: P.kwargs) -> Any:
+        """Write the call into the SQL outbox inside ``where``'s transaction; returns its jid.
+
+        ``where`` is a SQLAlchemy ``Session`` or ``Connection`` (then the jid), or an
+        ``AsyncSession``/``AsyncConnection`` (then an awaitable of it). The task is enqueued
+        once the transaction commits, never if it rolls back (docs/guides/outbox.md).
+        """
+        return self.place.enqueue_in(where, self.build(*args, **kwargs), None, None)
 
     async def run(self, *args: P.args, **kwargs: P.kwargs) -> R:
         """Enqueue the call and wait for what the function returned (through ``Client.result``)."""

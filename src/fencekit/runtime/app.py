@@ -12,9 +12,11 @@ the one contract of :mod:`fencekit.runtime.hooks`.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import sys
 from collections.abc import Callable, Coroutine, Iterable, Sequence
+from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar, overload
 
 from typing_extensions import ParamSpec, Unpack
@@ -36,6 +38,7 @@ from fencekit.jobs.task import Task
 from fencekit.jobs.worker import WorkerOptions
 from fencekit.produce.batch import BatchOpening, SyncBatch
 from fencekit.produce.client import Client
+from fencekit.produce.outbox import enqueue_in
 from fencekit.produce.sync_client import SyncClient
 from fencekit.runtime.hooks import Hook, check_hook
 from fencekit.settings import ClientOptions, ClientSettings, resolve, with_url
@@ -93,7 +96,9 @@ class App:
         """The URL given to this App, None when none was: a pool serving the app without a URL
         of its own (``--redis-url``, ``FENCEKIT_REDIS_URL``) serves this one (:func:`pool_url`)."""
         self.place = ClientPlace(
-            lambda: Client(hooks=self.hooks, **given), lambda: SyncClient(hooks=self.hooks, **given)
+            lambda: Client(hooks=self.hooks, **given),
+            lambda: SyncClient(hooks=self.hooks, **given),
+            outbox=functools.partial(_enqueue_in, {k: v for k, v in given.items() if k != "redis_url"}),
         )
 
     @property
@@ -343,3 +348,23 @@ def pool_url(app: App, given_url: str | None, given_by: str) -> tuple[str | None
     if app.redis_url is not None:
         return app.redis_url, "App(redis_url=...)", None
     return None, "", None
+
+
+def _enqueue_in(
+    options: dict[str, Any],
+    where: Any,
+    task: Task,
+    delay: float | timedelta | None,
+    at: datetime | None,
+) -> Any:
+    """A task function's ``enqueue_in``: the outbox row, with the App's settings (else the environment)."""
+    settings = resolve(ClientOptions, options, owner="App")
+    return enqueue_in(
+        where,
+        task,
+        delay=delay,
+        at=at,
+        table=settings["outbox_table"],
+        keep_result=settings["keep_result"],
+        max_payload=settings["max_payload"],
+    )

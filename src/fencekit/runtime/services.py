@@ -55,6 +55,7 @@ from fencekit.services._scheduler import Scheduler
 from fencekit.services._ticker import Ticker
 
 if TYPE_CHECKING:
+    from fencekit.services.relay import Relay
     from fencekit.web._serve import WebServer
     from fencekit.web._views import BatchCounts, LoopView
     from fencekit.web.source import ChildView
@@ -179,6 +180,20 @@ class Services:
         )
         if self.ticker is not None:
             self.loops.append(self.ticker.loop())
+        self.relay: Relay | None = None
+        if settings.get("outbox_url"):
+            from fencekit.services.relay import Relay  # needs SQLAlchemy: only with an outbox
+
+            self.relay = Relay(
+                self.redis,
+                keys,
+                settings["outbox_url"],
+                table=settings["outbox_table"],
+                batch=settings["outbox_batch"],
+                poll=settings["outbox_poll"],
+                logger=logger,
+            )
+            self.loops.append(self.relay.loop())
         self.web: WebServer | None = None
         self.scope = scope.child("services") if scope is not None else TaskScope("services", logger=logger)
         self.scope.close_wait = STOP_STEP
@@ -249,6 +264,10 @@ class Services:
             admin_password=self.settings["admin_password"],
             hosts=allowed_hosts(self.settings["web_hosts"], self.settings["web_host"]),
         )
+        if self.relay is not None:
+            from fencekit.web._metrics import RelayCollector
+
+            app.state.registry.register(RelayCollector(self.relay.stats))
         host, port = self.settings["web_host"], self.settings["web_port"]
         web = WebServer(app, host, port, logger=self.logger)
         try:
@@ -292,6 +311,8 @@ class Services:
         """Stop the loops and the web server and close Redis, each step within :data:`STOP_STEP`."""
         await self.scope.aclose()  # within STOP_STEP; names a loop that does not end
         self._tasks = []
+        if self.relay is not None:
+            await self.bounded("closing the outbox relay's database connections", self.relay.close())
         if self.web is not None:
             await self.bounded("stopping the web server", self.web.stop())
             self.web = None

@@ -44,9 +44,12 @@ from fencekit.settings._checks import (
     _url,
     at_least,
     positive,
+    sql_identifier,
+    sql_url,
 )
 
 __all__ = [
+    "DEFAULT_OUTBOX_TABLE",
     "DEFAULT_SYNC_CONCURRENCY",
     "ClientOptions",
     "ClientSettings",
@@ -64,6 +67,9 @@ __all__ = [
     "table",
     "with_url",
 ]
+
+DEFAULT_OUTBOX_TABLE = "fencekit_outbox"
+"""The outbox table's name unless ``outbox_table`` says otherwise (docs/guides/outbox.md)."""
 
 DEFAULT_SYNC_CONCURRENCY = 16
 """Threads of one consumer for sync (plain ``def``) tasks, unless ``sync_concurrency`` says otherwise."""
@@ -124,6 +130,15 @@ class ClientOptions(TypedDict, total=False):
             10_000, "finished task records kept per queue (oldest dropped)", check=at_least(0), metavar="N"
         ),
     ]
+    outbox_table: Annotated[
+        str,
+        Option(
+            DEFAULT_OUTBOX_TABLE,
+            "the SQL table of the transactional outbox: enqueue_in writes it, the relay reads it",
+            check=sql_identifier,
+            metavar="NAME",
+        ),
+    ]
 
 
 class ServerOptions(ClientOptions, total=False):
@@ -169,6 +184,30 @@ class ServerOptions(ClientOptions, total=False):
             0.0,
             "seconds a start waits for Redis to answer before giving up (0: give up at once)",
             check=at_least(0.0),
+            metavar="S",
+        ),
+    ]
+    outbox_url: Annotated[
+        str | None,
+        Option(
+            None,
+            "relay the transactional outbox of this database (a SQLAlchemy URL, PostgreSQL or "
+            "MariaDB/MySQL) to Redis: tasks written with enqueue_in run once their transaction "
+            "committed (default: no relay)",
+            check=sql_url,
+            secret=True,
+            metavar="URL",
+        ),
+    ]
+    outbox_batch: Annotated[
+        int, Option(500, "outbox rows the relay moves in one transaction", check=at_least(1), metavar="N")
+    ]
+    outbox_poll: Annotated[
+        float,
+        Option(
+            0.2,
+            "seconds between two looks at an empty outbox (PostgreSQL's NOTIFY wakes the relay at once)",
+            check=positive,
             metavar="S",
         ),
     ]

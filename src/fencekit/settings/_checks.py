@@ -4,6 +4,7 @@ normalised, or raises ``ValueError`` saying what the value must be (``resolve`` 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -74,3 +75,30 @@ def _port_text(text: str) -> int | None:
 
 def _cpu_count() -> int:
     return os.cpu_count() or 1
+
+
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+
+
+def sql_identifier(value: str) -> str:
+    """A plain SQL identifier (the outbox table's name goes into statements unquoted)."""
+    if not isinstance(value, str) or not _IDENTIFIER.match(value):
+        raise ValueError(f"be a plain SQL identifier (letters, digits and _, at most 63), got {value!r}")
+    return value
+
+
+def sql_url(value: str | None) -> str | None:
+    """A SQLAlchemy URL, checked for its form only (the driver is loaded when it connects)."""
+    if value is None:
+        return None
+    try:
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
+    except ImportError:
+        raise ValueError("need SQLAlchemy: pip install 'fencekit-jobs[sql]'") from None
+
+    try:
+        make_url(value)
+    except ArgumentError:
+        raise ValueError("be a SQLAlchemy URL such as postgresql+psycopg://user@host/db") from None
+    return value

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -35,7 +36,10 @@ from fencekit.jobs.history import HistoryBucket
 from fencekit.services.backlog import Backlog
 from fencekit.web.source import AdminSource, BatchCounts, ChildView, DurationHistogram, LoopView, Snapshot
 
-__all__ = ["Collector", "Metrics", "Reading", "read"]
+if TYPE_CHECKING:
+    from fencekit.services.relay import RelayStats
+
+__all__ = ["Collector", "Metrics", "Reading", "RelayCollector", "read"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,3 +307,34 @@ def _child_metrics(children: tuple[ChildView, ...]) -> Iterator[Metric]:
     count = GaugeMetricFamily("fencekit_pool_children", "Pool children running now.")
     count.add_metric([], float(len(children)))
     yield count
+
+
+class RelayCollector:
+    """The outbox relay's figures (``outbox_url``), registered by the host that runs it."""
+
+    def __init__(self, stats: RelayStats) -> None:
+        self.stats = stats
+
+    def collect(self) -> Iterable[Metric]:
+        stats = self.stats
+        relayed = CounterMetricFamily("fencekit_outbox_relayed", "Outbox rows this relay enqueued as tasks.")
+        relayed.add_metric([], float(stats.relayed))
+        yield relayed
+        deduped = CounterMetricFamily(
+            "fencekit_outbox_deduped",
+            "Outbox rows pushed again after a relay stopped before deleting them (enqueued once).",
+        )
+        deduped.add_metric([], float(stats.deduped))
+        yield deduped
+        if stats.backlog is not None:
+            rows = GaugeMetricFamily(
+                "fencekit_outbox_rows", "Committed outbox rows waiting for a relay (counted up to 100,000)."
+            )
+            rows.add_metric([], float(stats.backlog))
+            yield rows
+            lag = GaugeMetricFamily(
+                "fencekit_outbox_lag_seconds",
+                "How long the oldest waiting outbox row has waited (the database's clock), 0 when none.",
+            )
+            lag.add_metric([], stats.lag)
+            yield lag

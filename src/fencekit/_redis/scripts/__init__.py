@@ -45,6 +45,8 @@ from fencekit._redis.scripts.loops import (
     forget,
     heartbeat,
     history_sample,
+    outbox_forget,
+    outbox_push,
     periodic_enqueue,
     schedule,
 )
@@ -129,6 +131,8 @@ __all__ = [
     "lock_acquire",
     "lock_extend",
     "lock_release",
+    "outbox_forget",
+    "outbox_push",
     "pending_read",
     "periodic_enqueue",
     "purge",

@@ -1,5 +1,5 @@
 """Builders of the maintenance loops' scripts: the consumer registry (heartbeat, reaper),
-the scheduler, the per-queue history and the periodic ticker.
+the scheduler, the per-queue history, the periodic ticker and the outbox relay.
 """
 
 from __future__ import annotations
@@ -89,3 +89,32 @@ def periodic_enqueue(
     for tick, envelope, _ in ticks:
         args += (tick, envelope)
     return call("periodic_enqueue", keys, args)
+
+
+# -- the outbox relay ----------------------------------------------------------------
+
+
+def outbox_push(
+    *,
+    pending: str,
+    scheduled: str,
+    stats: str,
+    wake: str,
+    marker_ms: int,
+    tasks: Sequence[tuple[str, str, int, int, bytes]],
+) -> Call:
+    """Accept relayed tasks, each once; reply the number created (``outbox_push.lua``).
+
+    ``tasks``: (record key, marker key, delay ms, retention ms or 0, envelope) per task.
+    """
+    keys = [pending, scheduled, stats, wake]
+    args: list[Arg] = [marker_ms]
+    for record, marker, delay_ms, keep_ms, envelope in tasks:
+        keys += (record, marker)
+        args += (delay_ms, keep_ms, envelope)
+    return call("outbox_push", keys, args)
+
+
+def outbox_forget(*, markers: Sequence[str]) -> Call:
+    """Remove relayed tasks' markers (one queue's); reply the count (``outbox_forget.lua``)."""
+    return call("outbox_forget", markers, ())
