@@ -6,8 +6,9 @@
 
 Moves the tasks that committed transactions wrote with ``enqueue_in`` from
 the database's outbox table to Redis (:mod:`fencekit.services.relay`) until
-SIGTERM or Ctrl-C, then says what it moved. Several relays (this command,
-pools and Servers given ``outbox_url``) may run at once: they share the rows.
+SIGTERM or Ctrl-C, then says what it moved (its lines on stderr; with
+``--json`` a summary on stdout). Several relays (this command, pools and
+Servers given ``outbox_url``) may run at once: they share the rows.
 A database or Redis that fails is waited for, one line when it starts
 failing and one when it answers again. Exit 0 after a stop, 2 for a bad URL
 or a database that is not PostgreSQL or MariaDB/MySQL.
@@ -20,6 +21,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import sys
 
 from fencekit._log import line_handler
 from fencekit.cli.base import Context, Exit, UsageError, Verb
@@ -38,7 +40,9 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 def _logger() -> logging.Logger:
     logger = logging.getLogger("fencekit.relay")
     if not logger.handlers:
-        logger.addHandler(line_handler())
+        handler = line_handler()
+        handler.setStream(sys.stderr)  # stdout holds what --json prints, alone
+        logger.addHandler(handler)
         logger.setLevel(logging.INFO)
         logger.propagate = False
     return logger

@@ -8,10 +8,11 @@ store it with its own row. A relay (:mod:`fencekit.services.relay`, run by a
 pool, a ``Server`` or ``fencekit relay``) moves committed rows to Redis.
 
 The row holds the task already encoded (validated here, so a bad task fails
-the call, not the relay), its due time and record retention, and the queue
-the relay pushes it to. On PostgreSQL the insert also sends ``NOTIFY`` on a
-channel named after the table, delivered when (and only if) the transaction
-commits, so a listening relay moves the row at once. PostgreSQL and
+the call, not the relay; JSON text, which a plain ``SELECT`` shows), its due
+time and record retention, and the queue the relay pushes it to. On
+PostgreSQL the insert also sends ``NOTIFY`` on a channel named after the
+table, delivered when (and only if) the transaction commits, so a listening
+relay moves the row at once. PostgreSQL and
 MariaDB/MySQL (both have ``FOR UPDATE SKIP LOCKED``, which lets several relays
 share the rows); another dialect is a clear error.
 """
@@ -60,7 +61,8 @@ class OutboxRow(NamedTuple):
     """Unix ms the task is due (its delay or ``at``), 0 for at once."""
     keep_ms: int
     """Retention of its record in ms, 0 for no record."""
-    envelope: bytes
+    envelope: str
+    """The encoded task (JSON text: readable with a plain ``SELECT``)."""
 
 
 def check_dialect(name: str) -> str:
@@ -83,8 +85,12 @@ def outbox_columns() -> list[sa.Column[Any]]:
         sa.Column("jid", sa.String(200), nullable=False),
         sa.Column("due_ms", sa.BigInteger(), nullable=False),
         sa.Column("keep_ms", sa.BigInteger(), nullable=False),
-        sa.Column(  # BYTEA on PostgreSQL; LONGBLOB on MariaDB/MySQL (a BLOB holds 64 KiB only)
-            "envelope", sa.LargeBinary().with_variant(mysql.LONGBLOB(), "mysql", "mariadb"), nullable=False
+        sa.Column(  # TEXT on PostgreSQL; LONGTEXT on MariaDB/MySQL (a TEXT holds 64 KiB only)
+            "envelope",
+            sa.Text().with_variant(
+                mysql.LONGTEXT(charset="utf8mb4", collation="utf8mb4_bin"), "mysql", "mariadb"
+            ),
+            nullable=False,
         ),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
     ]
@@ -152,7 +158,7 @@ def outbox_row(
         due_ms = unix_ms(at, "at")
     elif delay is not None:
         due_ms = time.time_ns() // 1_000_000 + round(codec.seconds_in(delay, "delay", zero=True) * 1000)
-    return OutboxRow(task.queue, task.jid, due_ms, task.keep_ms(keep_result) or 0, envelope)
+    return OutboxRow(task.queue, task.jid, due_ms, task.keep_ms(keep_result) or 0, envelope.decode())
 
 
 def _statements(dialect: str, table: sa.Table, row: OutboxRow) -> list[sa.Executable]:

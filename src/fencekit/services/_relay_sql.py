@@ -48,7 +48,7 @@ class Taken(NamedTuple):
     jid: str
     due_ms: int
     keep_ms: int
-    envelope: bytes
+    envelope: str
 
 
 def _guarded(what: str, action: Callable[[], T]) -> T:

@@ -157,7 +157,7 @@ class Relay:
 
     async def _push(self, rows: Sequence[Taken]) -> int:
         now_ms = time.time_ns() // 1_000_000
-        by_queue: dict[str, list[tuple[str, str, int, int, bytes]]] = {}
+        by_queue: dict[str, list[tuple[str, str, int, int, bytes | str]]] = {}
         for row in rows:
             qk = self.keys.queue(row.queue)
             delay = max(0, row.due_ms - now_ms) if row.due_ms else 0

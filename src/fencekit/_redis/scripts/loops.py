@@ -101,7 +101,7 @@ def outbox_push(
     stats: str,
     wake: str,
     marker_ms: int,
-    tasks: Sequence[tuple[str, str, int, int, bytes]],
+    tasks: Sequence[tuple[str, str, int, int, bytes | str]],
 ) -> Call:
     """Accept relayed tasks, each once; reply the number created (``outbox_push.lua``).
 
