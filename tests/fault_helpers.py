@@ -116,9 +116,11 @@ def runs_from_files(runs_dir: Path) -> collections.Counter[str]:
 
 
 class PoolRunner:
-    """``python -m fencekit.pool faultapp:WORKERS`` with its web server on a free port."""
+    """``python -m fencekit.pool faultapp:WORKERS`` (or ``app``) with its web server on a free port."""
 
-    def __init__(self, app_dir: Path, url: str, *args: str, check_url: str | None = None) -> None:
+    def __init__(
+        self, app_dir: Path, url: str, *args: str, check_url: str | None = None, app: str = "faultapp:WORKERS"
+    ) -> None:
         self.web_port = free_port()
         self.log = app_dir / f"pool-{time.monotonic_ns()}.log"
         self._out = self.log.open("wb")
@@ -130,7 +132,7 @@ class PoolRunner:
             "TEST_RUNS_DIR": str(app_dir / "runs"),
         }
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "fencekit.pool", "faultapp:WORKERS", "--redis-url", url,
+            [sys.executable, "-m", "fencekit.pool", app, "--redis-url", url,
              "--web-port", str(self.web_port), *args],
             cwd=app_dir, env=env, stdout=self._out, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip

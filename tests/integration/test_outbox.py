@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -22,6 +23,7 @@ import time
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -382,3 +384,37 @@ def test_fencekit_relay_moves_committed_rows_until_sigterm(
     assert json.loads(out.strip().splitlines()[-1]) == {"relayed": 4, "deduped": 0}
     assert "relaying the outbox fencekit_outbox" in out + err
     assert db.name in out + err
+
+
+# -- Django ------------------------------------------------------------------------------------------
+
+
+async def test_django_writes_the_outbox_in_its_own_transactions(
+    db: Database, redis_url: str, raw: redis.Redis, tmp_path: Path
+) -> None:
+    """Django in a process of its own (``django_outbox_cases.py``) creates its own outbox table
+    with the migration operation and writes; this process relays what it committed."""
+    with own_database(db.kind, "djoutbox") as own:
+        result = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, str(Path(__file__).with_name("django_outbox_cases.py")), own.kind, own.name],
+            env={**os.environ, "FK_DJANGO_APP_DIR": str(tmp_path)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+        lines = result.stdout.split("\n")
+        assert "ok" in lines
+        committed = [line.split()[1] for line in lines if line.startswith("committed ")]
+        rolled_back = [line.split()[1] for line in lines if line.startswith("rolled-back ")]
+        assert (len(committed), len(rolled_back)) == (2, 1)
+        client = redis.asyncio.Redis.from_url(redis_url)
+        relay = Relay(client, Client(redis_url).keys, own.sync_url, table="fencekit_outbox",
+                      logger=logging.getLogger("test.outbox.django"))  # fmt: skip
+        try:
+            assert await relay.relay_batch() == 2
+        finally:
+            await relay.close()
+            await client.aclose()
+    assert sorted(e["jid"] for e in pending(raw, "work")) == sorted(committed)
