@@ -55,6 +55,7 @@ MOVED: dict[str, str] = {
     "fencekit.sql": "fencekit.integrations.sql",
     "fencekit.sql.alembic": "fencekit.integrations.sql.alembic",
     "fencekit.sql.columns": "fencekit.integrations.sql.columns",
+    "fencekit.sql.outbox": "fencekit.integrations.sql.outbox",
     # 0.2: the flat queue/ package split by role
     "fencekit.queue": "fencekit.jobs",
     "fencekit.queue.loops": "fencekit._aio.loops",

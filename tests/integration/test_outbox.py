@@ -31,6 +31,7 @@ import redis
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 from sqlalchemy.orm import Session
+from tests.docs_blocks import block_with
 from tests.queue_helpers import eventually, messages, new_server, pending, scheduled, stats
 from tests.sql_helpers import Database, own_database
 
@@ -418,3 +419,45 @@ async def test_django_writes_the_outbox_in_its_own_transactions(
             await relay.close()
             await client.aclose()
     assert sorted(e["jid"] for e in pending(raw, "work")) == sorted(committed)
+
+
+# -- the guide's example ---------------------------------------------------------------------------
+
+
+async def test_the_guides_example_commits_an_order_and_its_shipping_job(
+    db: Database, redis_url: str, raw: redis.Redis
+) -> None:
+    """docs/guides/outbox.md's first block as it stands, on this test's database, then relayed."""
+    block = block_with("ship.enqueue_in(session, order_id)")
+    code = block.replace("postgresql+psycopg://postgres@127.0.0.1:5432/test", db.sync_url)
+    assert code != block
+    namespace: dict[str, Any] = {}
+    await asyncio.to_thread(exec, code, namespace)
+    namespace["engine"].dispose()
+    server = new_server(redis_url, outbox_url=db.sync_url, outbox_poll=0.05, web_port=None)
+    server.add_workers(namespace["ship"])
+    run = asyncio.create_task(server.run())
+    try:
+        await eventually(lambda: stats(raw, "shipping").get("processed") == 1, 15, what="shipped")
+        async with Client(redis_url) as client:
+            result = await client.result(namespace["jid"], queue="shipping", timeout=15)
+    finally:
+        server.stop()
+        await asyncio.wait_for(run, 30)
+    assert result == "label for order 1"
+
+
+def test_the_issues_names_reach_the_same_functions() -> None:
+    """``fencekit.sql.outbox`` and ``fencekit.django`` (the short paths, deprecated since 0.2 as
+    every ``fencekit.sql`` path) are the same modules as their homes under ``integrations``."""
+    code = (
+        "import warnings; warnings.simplefilter('ignore')\n"
+        "import fencekit.sql.outbox, fencekit.django, fencekit.integrations.sql.outbox as home\n"
+        "import fencekit.integrations.django as dj\n"
+        "assert fencekit.sql.outbox.enqueue_in is home.enqueue_in\n"
+        "assert fencekit.django.enqueue_in is dj.enqueue_in\n"
+        "assert fencekit.django.create_outbox_operation is dj.create_outbox_operation\n"
+        "print('same')"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.stdout.strip() == "same", result.stderr
