@@ -220,8 +220,11 @@ def enqueue_in(
 
     connection = connections[using]
     dialect = check_dialect(_VENDORS.get(connection.vendor, connection.vendor))
-    name = table or resolve(ClientOptions, {}, owner="enqueue_in")["outbox_table"]
-    row = outbox_row(task, delay=delay, at=at)
+    settings = resolve(ClientOptions, {}, owner="enqueue_in")  # once: it reads the environment
+    name = table or settings["outbox_table"]
+    row = outbox_row(
+        task, delay=delay, at=at, keep_result=settings["keep_result"], max_payload=settings["max_payload"]
+    )
     quoted = connection.ops.quote_name(name)
     with connection.cursor() as cursor:
         cursor.execute(

@@ -227,8 +227,11 @@ def enqueue_in(
     """
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-    if table is None:
-        table = resolve(ClientOptions, {}, owner="enqueue_in")["outbox_table"]
+    if table is None or keep_result is None or max_payload is None:
+        settings = resolve(ClientOptions, {}, owner="enqueue_in")  # once: it reads the environment
+        table = settings["outbox_table"] if table is None else table
+        keep_result = settings["keep_result"] if keep_result is None else keep_result
+        max_payload = settings["max_payload"] if max_payload is None else max_payload
     row = outbox_row(task, delay=delay, at=at, keep_result=keep_result, max_payload=max_payload)
     statements = _statements(_dialect(where), outbox_table(table), row)
     jid = task.jid
