@@ -1,4 +1,4 @@
-"""The transactional outbox against plain ``enqueue`` after commit, side by side in one run: ``python -m bench.outbox``.
+"""The outbox against ``enqueue`` after commit, side by side in one run: ``python -m bench.outbox``.
 
 Options: ``[--rounds 3] [--n 300] [--rows 20000]``.
 
@@ -29,20 +29,24 @@ error or Ctrl-C) and a private Redis, then, ``--rounds`` times, in turn:
    list; start - commit of task i is its latency. p50 / p99 / mean in ms, and each outbox
    case ÷ plain. A subprocess, so the writer's own work does not sit on the consumer's loop.
 2. **relay throughput on PostgreSQL** (no consumer runs; the tasks stay pending on queue
-   ``outbox_tp``):
+   ``outbox_tp``, purged after each case):
 
-   - the writer's cost: ``--rows`` plain INSERTs of a row the size of an outbox row (its
-     ``note`` as long as the task's envelope) into ``bench_order``, 500 a transaction, against
-     ``--rows`` ``enqueue_in(conn, task)`` calls, 500 a transaction (each an INSERT and a
-     ``SELECT pg_notify``): µs per call including the commits, and the difference -- what the
-     outbox adds to the user's transaction. Also ``outbox_row`` alone (validate and encode the
-     task, no database): the Python part of that difference;
-   - one ``Relay`` (``fencekit.services.relay``, in this process, its connection opened before
-     the clock starts) moving the ``--rows`` committed rows to Redis: ``await relay.relay_batch()``
-     until it returns 0, rows/s, with ``batch`` 500 (the default; the rows ``enqueue_in`` wrote
-     above) and 100 and 2000 (rows written by one bulk INSERT of the same ``outbox_row`` values
-     per 500). After each drain the outbox table must be empty, the queue hold exactly
-     ``--rows`` pending tasks and the relay have created ``--rows`` tasks (else an error);
+   - the writer's cost, µs per call, 500 calls a transaction, the commits included: ``--rows``
+     plain INSERTs into ``bench_order`` of a row shaped and sized like an outbox row (two short
+     strings, two integers, a text ``note`` as long as the task's JSON envelope) against ``--rows``
+     ``enqueue_in(conn, task)`` calls (each one ``INSERT ... RETURNING pg_notify(...)``): their
+     ratio, and the difference -- what the outbox adds to the user's transaction. Beside them,
+     to see where it goes: ``outbox_row`` + its INSERT without the ``pg_notify``, ``outbox_row``
+     alone (validate and encode the task; no database) and a ``SELECT pg_notify(...)`` alone (what
+     a second statement for the notification would cost: ``enqueue_in`` rides it on the INSERT);
+   - one ``Relay`` (``fencekit.services.relay``, in this process; its database connection
+     opened before the rows are written) moving the ``--rows`` committed rows to Redis:
+     ``await relay.relay_batch()`` until it returns 0, rows/s, with ``batch`` 500 (the default;
+     it moves the rows ``enqueue_in`` wrote), 100 (the rows of the INSERTs without
+     ``pg_notify``) and 2000 (rows of one bulk INSERT of 500 ``outbox_row`` values a
+     transaction). After each drain the outbox table must be empty, the queue hold exactly
+     ``--rows`` pending tasks and the relay have created ``--rows`` tasks, none deduped (else
+     an error);
    - against it, the same number of tasks from one producer straight to Redis:
      ``client.enqueue`` one at a time, awaited (what a request handler does), and
      ``client.enqueue_many`` in chunks of 500: tasks/s (the queue checked the same way).
@@ -60,6 +64,7 @@ import contextlib
 import logging
 import os
 import secrets
+import shutil
 import statistics
 import subprocess
 import sys
@@ -213,8 +218,16 @@ ORDERS = sa.Table(
     sa.MetaData(),
     sa.Column("id", sa.BigInteger(), primary_key=True, autoincrement=True),
     sa.Column("customer", sa.String(200), nullable=False),
+    sa.Column("sku", sa.String(200), nullable=False),
     sa.Column("total", sa.BigInteger(), nullable=False),
-    sa.Column("note", sa.LargeBinary().with_variant(mysql.LONGBLOB(), "mysql", "mariadb"), nullable=False),
+    sa.Column("qty", sa.BigInteger(), nullable=False),
+    sa.Column(  # as the outbox's envelope column
+        "note",
+        sa.Text().with_variant(
+            mysql.LONGTEXT(charset="utf8mb4", collation="utf8mb4_bin"), "mysql", "mariadb"
+        ),
+        nullable=False,
+    ),
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
 )
 
@@ -226,8 +239,12 @@ def _tables(url: str) -> sa.Engine:
     return engine
 
 
-def _order(i: int, note: bytes = b"") -> sa.Executable:
-    return sa.insert(ORDERS).values(customer=f"customer-{i % 97}", total=i, note=note)
+SKU = "sku-" + "0" * 32  # as long as a jid
+
+
+def _order(i: int, note: str = "") -> sa.Executable:
+    """An order row; with ``note`` as long as an envelope, an outbox row's like (the columns too)."""
+    return sa.insert(ORDERS).values(customer=f"customer-{i:05d}", sku=SKU, total=i, qty=1, note=note)
 
 
 def _count(conn: sa.Connection) -> int:
@@ -262,11 +279,20 @@ async def _send(
         await asyncio.sleep(GAP)
 
 
-async def _stamps(r: aredis.Redis, n: int, proc: subprocess.Popen[bytes], timeout: float) -> dict[int, float]:
+def _tail(log: Path) -> str:
+    return log.read_text(errors="replace")[-2000:]
+
+
+async def _stamps(
+    r: aredis.Redis, n: int, proc: subprocess.Popen[bytes], log: Path, timeout: float
+) -> dict[int, float]:
     deadline = time.monotonic() + timeout
     while await r.llen(STAMPS) < n:
         if proc.poll() is not None:
-            raise RuntimeError(f"the Server exited ({proc.returncode}) before {n} tasks ran; see its log")
+            tail = _tail(log)
+            raise RuntimeError(
+                f"the Server exited ({proc.returncode}) before {n} tasks ran; its log:\n{tail}"
+            )
         if time.monotonic() > deadline:
             raise TimeoutError(f"{await r.llen(STAMPS)} of {n} tasks ran within {timeout:g} s")
         await asyncio.sleep(0.01)
@@ -294,12 +320,12 @@ async def _latency_case(
             with engine.connect() as conn:
                 committed: dict[int, float] = {}
                 await _send(conn, client, outbox, 0, WARMUP, committed)
-                await _stamps(r, WARMUP, proc, 60.0)  # also: the Server is up, its relay listening
+                await _stamps(r, WARMUP, proc, log, 60.0)  # also: the Server is up, its relay listening
                 await asyncio.sleep(2 * POLL)
                 await r.delete(STAMPS)
                 committed.clear()
                 await _send(conn, client, outbox, WARMUP, n, committed)
-                stamps = await _stamps(r, n, proc, 60.0)
+                stamps = await _stamps(r, n, proc, log, 60.0)
             if sorted(stamps) != sorted(committed):
                 raise RuntimeError(f"{case[0]}: the tasks that ran are not the {n} sent")
             return [stamps[i] - committed[i] for i in committed]
@@ -315,7 +341,7 @@ def _tp_task(i: int) -> Task:
     return Task(TP_QUEUE, "ship", {"order": i, "sku": "SKU-0042", "qty": 1})
 
 
-def _per_call_us(run: Callable[[], None], rows: int) -> float:
+def _per_call_us(run: Callable[[], object], rows: int) -> float:
     started = time.perf_counter()
     run()
     return (time.perf_counter() - started) / rows * 1e6
@@ -326,7 +352,7 @@ def _chunks(rows: int) -> Iterator[range]:
         yield range(first, min(first + TXN, rows))
 
 
-def _insert_orders(conn: sa.Connection, rows: int, note: bytes) -> None:
+def _insert_orders(conn: sa.Connection, rows: int, note: str) -> None:
     for chunk in _chunks(rows):
         with conn.begin():
             for i in chunk:
@@ -338,6 +364,22 @@ def _enqueue_in(conn: sa.Connection, rows: int) -> None:
         with conn.begin():
             for i in chunk:
                 enqueue_in(conn, _tp_task(i))
+
+
+def _notify(conn: sa.Connection, rows: int) -> None:
+    name = outbox_table().name
+    for chunk in _chunks(rows):
+        with conn.begin():
+            for _ in chunk:
+                conn.execute(sa.select(sa.func.pg_notify(name, "")))  # as a statement of its own
+
+
+def _insert_rows(conn: sa.Connection, rows: int) -> None:
+    table = outbox_table()
+    for chunk in _chunks(rows):
+        with conn.begin():
+            for i in chunk:
+                conn.execute(sa.insert(table).values(outbox_row(_tp_task(i))._asdict()))
 
 
 def _bulk_outbox(conn: sa.Connection, rows: int) -> None:
@@ -399,7 +441,7 @@ async def _throughput_round(redis_url: str, pg_url: str, rows: int, out: Figures
     def add(key: str, value: float) -> None:
         out.setdefault(key, []).append(value)
 
-    note = b"n" * len(outbox_row(_tp_task(0)).envelope)  # an order row the size of an outbox row
+    note = "n" * len(outbox_row(_tp_task(0)).envelope)  # an order row the size of an outbox row
     engine = sa.create_engine(pg_url)
     try:
         async with _client(redis_url) as client:
@@ -408,18 +450,14 @@ async def _throughput_round(redis_url: str, pg_url: str, rows: int, out: Figures
                 with conn.begin():
                     conn.execute(sa.delete(ORDERS))
                 add("outbox_row", _per_call_us(lambda: [outbox_row(_tp_task(i)) for i in range(rows)], rows))
+                add("pg_notify", _per_call_us(lambda: _notify(conn, rows), rows))
+                fills: dict[int, Callable[[], None]] = {  # the rows each relay drain moves
+                    500: lambda: add("enqueue_in", _per_call_us(lambda: _enqueue_in(conn, rows), rows)),
+                    100: lambda: add("outbox insert", _per_call_us(lambda: _insert_rows(conn, rows), rows)),
+                    2000: lambda: _bulk_outbox(conn, rows),
+                }
                 for batch in BATCHES:
-                    if batch == 500:  # the default batch drains the rows enqueue_in wrote, timed here
-
-                        def fill() -> None:
-                            add("enqueue_in", _per_call_us(lambda: _enqueue_in(conn, rows), rows))
-
-                    else:
-
-                        def fill() -> None:
-                            _bulk_outbox(conn, rows)
-
-                    add(f"relay {batch}", await _relay_drain(client, conn, pg_url, batch, rows, fill))
+                    add(f"relay {batch}", await _relay_drain(client, conn, pg_url, batch, rows, fills[batch]))
             tasks = [_tp_task(i) for i in range(rows)]
             started = time.perf_counter()
             for task in tasks:
@@ -447,57 +485,54 @@ def _rounds(values: list[float], fmt: str) -> str:
     return " / ".join(format(v, fmt) for v in values)
 
 
+def _line(label: str, value: str, rounds: list[float], fmt: str, width: int = 44) -> None:
+    print(f"    {label:{width}} {value}   rounds: {_rounds(rounds, fmt)}")
+
+
 def _report(args: argparse.Namespace, f: Figures) -> None:
     med = {key: statistics.median(values) for key, values in f.items()}
     print(
         f"1. commit -> task start, {args.n} tasks one at a time ({GAP * 1000:g} ms apart), one Server "
         f"(subprocess, -c {CONCURRENCY}), outbox_poll {POLL:g} s; median of {args.rounds} rounds, ms"
     )
-    head = ("case", "p50", "p99", "mean", "p50 ÷ plain", "p99 ÷ plain")
-    print(f"  {head[0]:34} {head[1]:>8} {head[2]:>8} {head[3]:>8} {head[4]:>12} {head[5]:>12}")
+    head = ("case", "p50", "p99", "mean", "p50 ÷ plain", "p99 ÷ plain", "mean ÷ plain")
+    print(f"  {head[0]:34} {head[1]:>8} {head[2]:>8} {head[3]:>8} {head[4]:>12} {head[5]:>12} {head[6]:>12}")
     for case, *_ in LATENCY_CASES:
         p50, p99, mean = (med[f"{case} {what}"] for what in ("p50", "p99", "mean"))
+        ratios = (p50 / med[PLAIN + " p50"], p99 / med[PLAIN + " p99"], mean / med[PLAIN + " mean"])
         print(
             f"  {case:34} {p50:>8.2f} {p99:>8.2f} {mean:>8.2f} "
-            f"{TIMES}{p50 / med[PLAIN + ' p50']:>11.1f} {TIMES}{p99 / med[PLAIN + ' p99']:>11.1f}"
+            + " ".join(f"{TIMES + format(x, '.1f'):>12}" for x in ratios)
         )
     for case, *_ in LATENCY_CASES:
         print(
-            f"  rounds, {case}: p50 {_rounds(f[case + ' p50'], '.2f')}; p99 {_rounds(f[case + ' p99'], '.2f')}; "
-            f"mean {_rounds(f[case + ' mean'], '.2f')}"
+            f"  rounds, {case}: p50 {_rounds(f[case + ' p50'], '.2f')}; "
+            f"p99 {_rounds(f[case + ' p99'], '.2f')}; mean {_rounds(f[case + ' mean'], '.2f')}"
         )
-    rows = args.rows
     print()
-    print(f"2. PostgreSQL, {rows:,} rows / tasks, median of {args.rounds} rounds")
-    order, row, call = med["order insert"], med["outbox_row"], med["enqueue_in"]
-    print(f"  the writer, per call, {TXN} a transaction (commits included), µs:")
-    print(
-        f"    {'INSERT of an order row of the same size':44} {order:>8.1f}   rounds: {_rounds(f['order insert'], '.1f')}"
+    print(f"2. PostgreSQL, {args.rows:,} rows / tasks, median of {args.rounds} rounds")
+    order, call = med["order insert"], med["enqueue_in"]
+    print(f"  the writer, µs per call, {TXN} calls a transaction (the commits included):")
+    _line("INSERT of an order row of the same size", f"{order:>8.1f}", f["order insert"], ".1f")
+    _line("enqueue_in (INSERT ... RETURNING pg_notify)", f"{call:>8.1f}", f["enqueue_in"], ".1f")
+    _line(
+        "  outbox_row + its INSERT, no pg_notify", f"{med['outbox insert']:>8.1f}", f["outbox insert"], ".1f"
     )
-    print(
-        f"    {'enqueue_in (INSERT + SELECT pg_notify)':44} {call:>8.1f}   rounds: {_rounds(f['enqueue_in'], '.1f')}"
-    )
-    print(
-        f"    {'  of which outbox_row (validate, encode)':44} {row:>8.1f}   rounds: {_rounds(f['outbox_row'], '.1f')}"
-    )
+    _line("  outbox_row alone (validate, encode)", f"{med['outbox_row']:>8.1f}", f["outbox_row"], ".1f")
+    _line("  a SELECT pg_notify of its own", f"{med['pg_notify']:>8.1f}", f["pg_notify"], ".1f")
     print(
         f"    enqueue_in ÷ INSERT {TIMES}{call / order:.2f}: the outbox adds {call - order:.1f} µs per task"
     )
-    print("  moving the rows to Redis / enqueueing straight to it, per second:")
+    print("  moving the rows to Redis (one Relay) / enqueueing straight to Redis (one producer), per s:")
     single, many = med["enqueue"], med["enqueue_many"]
     for batch in BATCHES:
         rate = med[f"relay {batch}"]
         label = f"relay, batch {batch}" + (" (default)" if batch == 500 else "")
-        print(
-            f"    {label:30} {rate:>10,.0f} rows/s   ÷ enqueue {TIMES}{rate / single:.2f}, "
-            f"÷ enqueue_many {TIMES}{rate / many:.2f}   rounds: {_rounds(f[f'relay {batch}'], ',.0f')}"
-        )
-    print(
-        f"    {'enqueue, one at a time':30} {single:>10,.0f} tasks/s   rounds: {_rounds(f['enqueue'], ',.0f')}"
-    )
-    print(
-        f"    {f'enqueue_many, {CHUNK} a call':30} {many:>10,.0f} tasks/s   rounds: {_rounds(f['enqueue_many'], ',.0f')}"
-    )
+        value = f"{rate:>8,.0f} rows/s   ÷ enqueue {TIMES}{rate / single:.2f}, "
+        value += f"÷ enqueue_many {TIMES}{rate / many:.2f}"
+        _line(label, value, f[f"relay {batch}"], ",.0f", 26)
+    _line("enqueue, one at a time", f"{single:>8,.0f} tasks/s", f["enqueue"], ",.0f", 26)
+    _line(f"enqueue_many, {CHUNK} a call", f"{many:>8,.0f} tasks/s", f["enqueue_many"], ",.0f", 26)
 
 
 async def _round(redis_url: str, dbs: Databases, args: argparse.Namespace, home: Path, out: Figures) -> None:
@@ -543,6 +578,7 @@ def main() -> None:
             dbs.drop()
         finally:
             server.cleanup()
+            shutil.rmtree(home, ignore_errors=True)
 
 
 if __name__ == "__main__":

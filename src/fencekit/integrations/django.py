@@ -227,12 +227,12 @@ def enqueue_in(
     )
     quoted = connection.ops.quote_name(name)
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {quoted} (queue, jid, due_ms, keep_ms, envelope) VALUES (%s, %s, %s, %s, %s)",
-            [row.queue, row.jid, row.due_ms, row.keep_ms, row.envelope],
-        )
-        if dialect == "postgresql":
-            cursor.execute("SELECT pg_notify(%s, '')", [name])
+        insert = f"INSERT INTO {quoted} (queue, jid, due_ms, keep_ms, envelope) VALUES (%s, %s, %s, %s, %s)"
+        values: list[object] = [row.queue, row.jid, row.due_ms, row.keep_ms, row.envelope]
+        if dialect == "postgresql":  # one round trip: the NOTIFY goes out with the commit
+            insert += " RETURNING pg_notify(%s, '')"
+            values.append(name)
+        cursor.execute(insert, values)
     return row.jid
 
 

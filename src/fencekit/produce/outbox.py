@@ -162,12 +162,14 @@ def outbox_row(
 
 
 def _statements(dialect: str, table: sa.Table, row: OutboxRow) -> list[sa.Executable]:
+    """The row's INSERT; on PostgreSQL it also returns ``pg_notify`` (one round trip, not two:
+    the database folds a transaction's equal notifications into one, sent at its commit)."""
     import sqlalchemy as sa
 
-    statements: list[sa.Executable] = [sa.insert(table).values(row._asdict())]
+    insert = sa.insert(table).values(row._asdict())
     if check_dialect(dialect) == "postgresql":
-        statements.append(sa.select(sa.func.pg_notify(table.name, "")))
-    return statements
+        insert = insert.returning(sa.func.pg_notify(table.name, ""))
+    return [insert]
 
 
 def _dialect(where: Any) -> str:

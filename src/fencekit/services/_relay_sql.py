@@ -171,7 +171,14 @@ class OutboxSql:
 
     @property
     def can_listen(self) -> bool:
-        return self.dialect == "postgresql" and self.engine.dialect.driver in ("psycopg", "psycopg2")
+        """PostgreSQL through psycopg2, or psycopg 3.2+ (``notifies(timeout=)``); else the relay polls."""
+        if self.dialect != "postgresql":
+            return False
+        if self.engine.dialect.driver == "psycopg":
+            import psycopg
+
+            return tuple(int(p) for p in psycopg.__version__.split(".")[:2]) >= (3, 2)
+        return self.engine.dialect.driver == "psycopg2"
 
     def wait(self, timeout: float) -> bool:
         """Wait up to ``timeout`` s for a NOTIFY on the table's channel (sent by ``enqueue_in`` at
