@@ -29,6 +29,7 @@ from fencekit.jobs.flow import Rate, flow_specs, parse_rate
 from fencekit.jobs.worker import inspect_worker
 
 KEYS = KeySpace()
+SCAN_CAP = 128  # lua/_flow.lua
 
 RATE_APP = textwrap.dedent(
     """
@@ -176,10 +177,11 @@ def test_50_per_second_over_two_pools(tmp_path: Path, redis_url: str, r: Any) ->
     s = stats(r, "rated")
     assert s["failed"] == 0  # limited tasks only waited
     assert s["retried"] == 0
-    # everything not run is still queued: nothing lost
+    # everything not run is still queued (pending, or parked for a token): nothing lost
     assert (
         s["processed"]
         + r.llen(qkey("rated", "pending"))
+        + r.llen(qkey("rated", "rparked:call"))
         + sum(r.hlen(k) for k in r.keys(qkey("rated", "inflight:*")))
         == 800
     )
@@ -232,9 +234,17 @@ async def test_the_bucket_grants_exactly_what_redis_time_refilled(redis_url: str
         t, at = r.hmget(bucket, "t", "at")
         return float(t), int(at)
 
+    parked, due_key = qkey(queue, "rparked:call"), qkey(queue, "rparkedops")
+
     async def claim(want: int, before: tuple[float, int] | None) -> tuple[int, float, int]:
-        """One claim of ``want``; asserts the formula from the bucket ``before`` it; (granted, t, at)."""
-        pending = r.llen(qkey(queue, "pending"))
+        """One claim of ``want``; asserts the formula from the bucket ``before`` it; (granted, t, at).
+
+        A claim first takes the parked tasks whose token is due (as many as the bucket holds),
+        then pops the pending list; a popped task finds a token only while none is parked
+        before it, else it parks behind them (FIFO within the operation), and the claim pops
+        on, up to SCAN_CAP tasks looked at, for tasks of other operations."""
+        pending, parked_before = r.llen(qkey(queue, "pending")), r.llen(parked)
+        due = r.zscore(due_key, "call")
         reply = await arun(
             ar,
             scripts.ack_claim(
@@ -256,26 +266,34 @@ async def test_the_bucket_grants_exactly_what_redis_time_refilled(redis_url: str
         else:
             t, at = before
             tokens = min(burst, t + max(0, now - at) * per_second / 1000000)
-        popped = min(want, pending)
-        expected = min(popped, math.floor(tokens))
-        assert len(envelopes) == expected, (tokens, before, now)
+        restored = (
+            min(want, math.floor(tokens), parked_before) if due is not None and due <= now // 1000 else 0
+        )
+        popped = min(want - restored, pending)
+        new = 0 if parked_before - restored > 0 else min(popped, math.floor(tokens - restored))
+        if popped > new and restored + new < want:  # one parked: it scans on for others (none here)
+            popped = min(pending, SCAN_CAP - restored)
+        expected = restored + new
+        assert len(envelopes) == expected, (tokens, before, now, restored, popped)
         assert t_raw.decode() == f"{tokens - expected:.6f}"  # what is left, as the script stores it
-        if expected < popped:
-            assert wait == max(1, math.ceil((1 - (tokens - expected)) * 1000 / per_second))
-        else:
-            assert wait == 0
+        assert r.llen(qkey(queue, "pending")) == pending - popped
+        assert r.llen(parked) == parked_before - restored + popped - new  # the rest parked, none lost
+        assert (wait > 0) == (r.llen(parked) > 0)  # a look again when the next token is due
         if envelopes:
             assert int(first) >= now  # the delivery tokens come from the same clock, after the refill
         assert (fenced, lost) == ([], 0)
-        assert r.llen(qkey(queue, "pending")) == pending - expected  # the rest back at the head
         assert 0 < r.pttl(bucket) <= math.ceil(burst * 1000 / per_second) + 1000
         granted.extend(orjson.loads(e)["params"]["i"] for e in envelopes)
         return expected, float(t_raw), now
 
     try:
-        # a fresh bucket is full: exactly the burst, then 0 left and a wait of one token (10 ms)
+        # a fresh bucket is full: exactly the burst; the others parked (the claim scanned on for
+        # tasks of another operation: there are none), a look again in one token (10 ms)
         assert (await claim(15, None))[:2] == (10, 0.0)
-        # a bucket stamped ahead of Redis's clock refills nothing: 3.5 tokens grant 3, leave 0.5
+        assert r.llen(parked) == 50
+        # a bucket stamped ahead of Redis's clock refills nothing: 3.5 tokens give 3 of the
+        # parked, leave 0.5
+        await asyncio.sleep(0.02)  # past the parked operation's due time
         now_s, now_us = r.time()
         ahead = int(now_s) * 1_000_000 + int(now_us) + 3_600_000_000
         r.hset(bucket, mapping={"t": "3.5", "at": str(ahead)})
@@ -283,16 +301,18 @@ async def test_the_bucket_grants_exactly_what_redis_time_refilled(redis_url: str
         assert (got, left) == (3, 0.5)
         assert at < ahead  # stamped again with the claim's own clock
         # a bucket idle far longer than it takes to fill holds the burst, not more
+        await asyncio.sleep(0.02)
         r.hset(bucket, mapping={"t": "0.25", "at": str(at - 3_600_000_000)})
         assert (await claim(15, stored()))[:2] == (10, 0.0)
         # then claims as fast as they come, each granting what the clock refilled since the one before
         while len(granted) < 60:
             got, left, _ = await claim(7, stored())
             if got == 0:
-                await asyncio.sleep((1 - left) / per_second)  # until the next token
+                await asyncio.sleep(max(0.002, (1 - left) / per_second))  # until the next token
     finally:
         await aclose_client(ar)
-    assert granted == list(range(60))  # FIFO: a task without a token went back to the head
+    assert granted == list(range(60))  # FIFO: the parked ones first, in their order
     s = stats(r, queue)
     assert (s["processed"], s["failed"], s["retried"]) == (0, 0, 0)  # waiting costs nothing
+    assert not r.exists(parked, due_key, qkey(queue, "rparkedspec"))  # nothing parked is left behind
     assert r.hlen(qkey(queue, "inflight:c1")) == 60

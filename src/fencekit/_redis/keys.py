@@ -25,6 +25,11 @@ Cluster too (invariant I5 of ``docs/design.md``). The schema, with ``P`` the pre
     P:{Q}:parked:<key>         LIST   tasks of <key> claimed while its slots were full; one
                                       goes back to the head of pending per slot given back
     P:{Q}:parkedkeys           SET    the keys with parked tasks (readers count them as pending)
+    P:{Q}:rparked:<operation>  LIST   tasks of a rate-limited operation claimed without a token
+                                      (and those behind them); the claim takes them back first
+    P:{Q}:rparkedops           ZSET   operations with tasks parked for a token, scored by the ms
+                                      their next token is due (readers count them as pending)
+    P:{Q}:rparkedspec          HASH   operation -> "rate burst" of its parked tasks' bucket
     P:{Q}:token                STRING last delivery token issued for Q
     P:{Q}:inflight:<consumer>  HASH   token -> envelope, one per consumer incarnation
     P:{Q}:scheduled            ZSET   envelope scored by due time (ms)

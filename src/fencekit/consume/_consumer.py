@@ -130,7 +130,7 @@ class Consumer(Turns, WakeClaims, Returns):
         # (the others take the plain path), the queues waiting for a token (-> ms), those an operator
         # paused (_wake_claims.QueueHolds)
         self._flow = flow_specs(registry, self._qkeys)
-        self._paused: dict[str, int] = {}
+        self._paused: dict[str, float] = {}  # queue -> loop time of its next look (parked tasks)
         self._held, self._holds = frozenset(), QueueHolds(redis_client, keys, self.queues, logger, self._hold)
         self._inflight = {q: k.inflight(consumer_id) for q, k in self._qkeys.items()}
         self._running: dict[tuple[str, int], asyncio.Task[None]] = {}

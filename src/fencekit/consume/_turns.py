@@ -49,7 +49,7 @@ class Turns:
     _order: list[str]
     _rotation: int
     _empty: set[str]
-    _paused: dict[str, int]
+    _paused: dict[str, float]
     _held: frozenset[str]
     _running: dict[tuple[str, int], asyncio.Task[None]]
     _reserved: int
@@ -97,9 +97,7 @@ class Turns:
         they were all drained (round-robin, docs/guides/flow.md). One read-only call
         (one per queue on a Redis Cluster, whose queues are in several slots).
         """
-        empty = tuple(
-            q for q in self._qkeys if q in self._empty and q not in self._paused and q not in self._held
-        )
+        empty = tuple(q for q in self._qkeys if q in self._empty and q not in self._held)
         if not empty:
             return
         groups = [(q,) for q in empty] if self._cluster else [empty]
@@ -131,7 +129,7 @@ class Turns:
         n = len(order)
         for i in range(n):
             queue = order[(self._rotation + i) % n]
-            if queue not in self._empty and queue not in self._paused and queue not in self._held:
+            if queue not in self._empty and queue not in self._held:
                 self._rotation = (self._rotation + i + 1) % n
                 return queue
         return None

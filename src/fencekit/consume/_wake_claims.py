@@ -6,8 +6,8 @@ This part of the consumer decides when that wait is wanted, which
 ``ack_claim.lua`` calls the waker may write behind the ``BLPOP`` (so the
 claimed tasks arrive with the wake-up: one round trip, "Idle latency" in
 docs/design/hot-path.md), takes their replies, and makes the loop look at a queue
-again: when the waker saw work, or when a rate-limited queue's pause ends
-(:mod:`fencekit.jobs.flow`).
+again: when the waker saw work, or when the token of a task parked by a
+rate limit is due (:mod:`fencekit.jobs.flow`).
 
 The safety rules live here: claims are offered only while idle, with a fresh
 lease, not stopping, over the lean link and with at most
@@ -62,7 +62,7 @@ class WakeClaims:
     _event: asyncio.Event
     _rotation: int
     _empty: set[str]
-    _paused: dict[str, int]
+    _paused: dict[str, float]
     _held: frozenset[str]
     _holds: QueueHolds
     consumer_id: str
@@ -110,7 +110,7 @@ class WakeClaims:
         if not all(q in self._empty or q in self._held for q in self.queues):
             return None  # busy: the loop claims; the waker only waits
         if self._paused:
-            return None  # a rate-limited queue waits for its token: its timer wakes the loop
+            return None  # a look at a queue is armed for a parked task's token: its timer wakes the loop
         free = self._free_slots()
         if free <= 0 or not self._lease_ok():
             return None
@@ -152,15 +152,19 @@ class WakeClaims:
         await (await self._connected()).execute("CLIENT", "UNBLOCK", client_id)
 
     def _pause(self, queue: str, wait_ms: int) -> None:
-        """No claims from ``queue`` for ``wait_ms``: its rate limit has no token until then."""
-        if queue in self._paused:
-            return
-        self._paused[queue] = wait_ms
-        self._empty.add(queue)
-        asyncio.get_running_loop().call_later(wait_ms / 1000, self._resume, queue)
+        """Look at ``queue`` again in ``wait_ms``: tasks of a rate-limited operation are parked in
+        Redis until their token comes then (the claims of its other tasks go on meanwhile)."""
+        loop = asyncio.get_running_loop()
+        due = loop.time() + wait_ms / 1000
+        armed = self._paused.get(queue)
+        if armed is not None and armed <= due:
+            return  # an earlier look is armed already
+        self._paused[queue] = due
+        loop.call_at(due, self._resume, queue, due)
 
-    def _resume(self, queue: str) -> None:
-        self._paused.pop(queue, None)
+    def _resume(self, queue: str, due: float) -> None:
+        if self._paused.get(queue) == due:
+            del self._paused[queue]
         self._woken(queue)
 
     async def _watch_holds(self) -> None:

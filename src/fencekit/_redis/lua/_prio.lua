@@ -54,14 +54,18 @@ local function pending_lists(pending)
   end
   return lists
 end
--- The lists of tasks parked by a full concurrency key (_slots.lua): not
--- claimable until a slot of their key is given back, but waiting all the
--- same, so every reader counts them (the SET P:{Q}:parkedkeys names them).
+-- The lists of parked tasks: by a full concurrency key (_slots.lua; the SET
+-- P:{Q}:parkedkeys names them) and by a rate limit without a token (_flow.lua;
+-- the ZSET P:{Q}:rparkedops names them). Not claimable until a slot is given
+-- back or a token comes, but waiting all the same, so every reader counts them.
 local function parked_lists(pending)
   local base = string.sub(pending, 1, #pending - #'pending')
   local lists = {}
   for _, key in ipairs(redis.call('SMEMBERS', base .. 'parkedkeys')) do
     lists[#lists + 1] = base .. 'parked:' .. key
+  end
+  for _, op in ipairs(redis.call('ZRANGE', base .. 'rparkedops', 0, -1)) do
+    lists[#lists + 1] = base .. 'rparked:' .. op
   end
   return lists
 end
@@ -76,7 +80,7 @@ end
 -- How many tasks wait on all the lists (parked ones included).
 local function pending_len(pending)
   local base = string.sub(pending, 1, #pending - #'pending')
-  if redis.call('EXISTS', pending .. ':prio', base .. 'parkedkeys') == 0 then
+  if redis.call('EXISTS', pending .. ':prio', base .. 'parkedkeys', base .. 'rparkedops') == 0 then
     return redis.call('LLEN', pending)
   end
   local n = 0

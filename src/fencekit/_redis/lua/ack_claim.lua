@@ -36,8 +36,9 @@
 --   lost    1 when tokens were refused and the queue's token counter is gone
 --           too: Redis lost its data since they were claimed (nothing was
 --           fenced, nothing is counted), else 0
---   wait    ms until a rate-limited operation has a token again (0: not limited);
---           the claim of this queue should pause that long
+--   wait    ms until the earliest operation parked for a token has one again
+--           (0: none parked); the consumer should look at this queue again then
+--           (the queue's other tasks are claimed meanwhile: no head of line)
 --!include _next_token.lua
 --!include _wake.lua
 --!include _now_ms.lua
@@ -48,7 +49,8 @@ local function flow_helpers()
 --!include _prio.lua
 --!include _slots.lua
 --!include _flow.lua
-  return { pop = pop_pending, filter = flow_filter, base = queue_base, release = release_slot }
+  return { pop = pop_pending, filter = flow_filter, base = queue_base, release = release_slot,
+    restore = rate_restore, wait = rate_wait }
 end
 local flow = nil
 local want = tonumber(ARGV[1])
@@ -155,24 +157,45 @@ if spec then
 end
 if want > 0 then
   local items
-  if redis.call('EXISTS', KEYS[1] .. ':prio') == 0 then -- no priority list in use (lua/_prio.lua)
-    items = redis.call('RPOP', KEYS[1], want)
+  local restored = {}
+  if spec and spec.r then -- tasks parked for a token that is due now go first (_flow.lua)
+    restored = flow.restore(string.sub(KEYS[1], 1, #KEYS[1] - #'pending'), want)
+  end
+  if #restored >= want then
+    items = false
+  elseif redis.call('EXISTS', KEYS[1] .. ':prio') == 0 then -- no priority list in use (lua/_prio.lua)
+    items = redis.call('RPOP', KEYS[1], want - #restored)
   else
     flow = flow or flow_helpers()
-    items = flow.pop(KEYS[1], want)
+    items = flow.pop(KEYS[1], want - #restored)
+  end
+  local n_restored = #restored
+  if n_restored > 0 then
+    for _, envelope in ipairs(items or {}) do
+      restored[#restored + 1] = envelope
+    end
+    items = restored
   end
   local popped = 0
   local slots = nil
   if items then
     popped = #items
     if spec then
-      local wait
-      items, wait, slots = flow.filter(KEYS[1], items, spec)
-      reply[4] = wait
-      if wait > 0 then
-        popped = 0 -- paused: no wake-up for the rest
+      local function more(n)
+        if redis.call('EXISTS', KEYS[1] .. ':prio') == 0 then
+          return redis.call('RPOP', KEYS[1], n)
+        end
+        return flow.pop(KEYS[1], n)
+      end
+      local extra, capped
+      items, reply[4], slots, extra, capped = flow.filter(KEYS[1], items, spec, n_restored, want, more)
+      popped = popped + extra
+      if capped then -- stopped parking a long run of one operation's tasks: a claim goes on soon
+        wake(KEYS[5])
       end
     end
+  elseif spec and spec.r then -- nothing to claim: when do the parked ones have a token?
+    reply[4] = flow.wait(string.sub(KEYS[1], 1, #KEYS[1] - #'pending'), now_ms())
   end
   if items and #items > 0 then
     local first = next_tokens(KEYS[3], #items)
@@ -189,7 +212,7 @@ if want > 0 then
       end
     end
     reply[2] = first
-    if popped == want and (redis.call('LLEN', KEYS[1]) > 0 or redis.call('EXISTS', KEYS[1] .. ':prio') == 1) then
+    if popped >= want and (redis.call('LLEN', KEYS[1]) > 0 or redis.call('EXISTS', KEYS[1] .. ':prio') == 1) then
       wake(KEYS[5])
     end
   end

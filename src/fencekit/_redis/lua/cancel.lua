@@ -94,6 +94,10 @@ if envelope then
   if key and redis.call('LREM', queue_base(KEYS[2]) .. 'parked:' .. key, 1, envelope) == 1 then
     return cancelled('pending', envelope)
   end
+  local op = string.match(envelope, '"operation":"([^"\\]*)"')
+  if op and redis.call('LREM', queue_base(KEYS[2]) .. 'rparked:' .. op, 1, envelope) == 1 then
+    return cancelled('pending', envelope)  -- parked for a token: its op's restore skips an emptied list
+  end
   return { 0, '' }
 end
 

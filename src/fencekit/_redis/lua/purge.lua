@@ -36,7 +36,8 @@ if n > 0 then
   redis.call('DEL', list)
 end
 end
-redis.call('DEL', prio_marker(KEYS[1]), string.sub(KEYS[1], 1, #KEYS[1] - #'pending') .. 'parkedkeys')
+local base = string.sub(KEYS[1], 1, #KEYS[1] - #'pending')
+redis.call('DEL', prio_marker(KEYS[1]), base .. 'parkedkeys', base .. 'rparkedops', base .. 'rparkedspec')
 if total > 0 then
   redis.call('HINCRBY', KEYS[2], 'purged', total)
 end

@@ -1,5 +1,8 @@
 -- Move due scheduled tasks (retries, delayed tasks) into their queue,
--- earliest due first.
+-- earliest due first; and wake the queue's consumers when the token of an
+-- operation whose tasks are parked for it is due (_flow.lua): a claim takes
+-- them, even when the consumer that parked them, and would have looked
+-- again, died.
 --
 -- KEYS[1]  scheduled   P:{Q}:scheduled
 -- KEYS[2]  pending     P:{Q}:pending
@@ -10,6 +13,10 @@
 --!include _now_ms.lua
 --!include _wake.lua
 --!include _prio.lua
+local parked = string.sub(KEYS[2], 1, #KEYS[2] - #'pending') .. 'rparkedops'
+if #redis.call('ZRANGEBYSCORE', parked, '-inf', now_ms(), 'LIMIT', 0, 1) > 0 then
+  wake(KEYS[3])
+end
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms(), 'LIMIT', 0, tonumber(ARGV[1]))
 if #due == 0 then
   return 0
