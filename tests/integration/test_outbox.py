@@ -461,3 +461,26 @@ def test_the_issues_names_reach_the_same_functions() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.stdout.strip() == "same", result.stderr
+
+
+def test_the_alembic_operations_create_an_outbox_the_relay_reads_and_drop_it(
+    db: Database, engine: sa.Engine
+) -> None:
+    from alembic.migration import MigrationContext
+    from alembic.operations import Operations
+
+    from fencekit.integrations.sql.alembic import create_outbox_table, drop_outbox_table
+
+    with engine.begin() as conn, Operations.context(MigrationContext.configure(conn)):
+        create_outbox_table("migrated_outbox")  # through alembic.op, as in a migration's upgrade()
+    columns = {c["name"] for c in sa.inspect(engine).get_columns("migrated_outbox")}
+    assert columns == {"id", "queue", "jid", "due_ms", "keep_ms", "envelope", "created_at"}
+    with Session(engine) as session:
+        jid = enqueue_in(session, Task("shipping", "ship", {"order": "m"}), table="migrated_outbox")
+        session.commit()
+    with engine.connect() as conn:
+        envelope = conn.execute(sa.text("SELECT envelope FROM migrated_outbox")).scalar_one()
+    assert json.loads(envelope)["jid"] == jid  # the task, readable as JSON text
+    with engine.begin() as conn:
+        drop_outbox_table("migrated_outbox", operations=Operations(MigrationContext.configure(conn)))
+    assert "migrated_outbox" not in sa.inspect(engine).get_table_names()
