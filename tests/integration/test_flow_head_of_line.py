@@ -30,7 +30,9 @@ from fencekit._redis.run import arun, run
 from fencekit.jobs.flow import flow_specs
 from fencekit.jobs.worker import inspect_worker
 from fencekit.produce.sync_client import SyncClient
+from fencekit.services.backlog import read_backlog
 from fencekit.testing import wait_until
+from fencekit.web._metrics import _scaling_metrics
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("faults")]
 
@@ -165,7 +167,9 @@ async def test_parked_tasks_are_counted_listed_cancelled_and_purged_as_pending(
     redis_url: str, r: redis.Redis
 ) -> None:
     """Tasks parked for a token still wait in the queue: its length and listing show them,
-    ``cancel`` finds them there, ``purge`` drops them with the parking keys."""
+    ``cancel`` finds them there, ``purge`` drops them with the parking keys; the scaling signal
+    leaves them out (more workers would not run them sooner) and ``/metrics`` shows them per
+    operation with the time to the next token."""
 
     async def perform(payload: dict[str, Any]) -> None:
         return None
@@ -192,6 +196,20 @@ async def test_parked_tasks_are_counted_listed_cancelled_and_purged_as_pending(
         assert r.llen(qkey("mixed", "rparked:partner")) == 4
         queue = client.queue("mixed")
         assert await queue.length() == 4
+        read = (await read_backlog(client.redis, client.keys, ["mixed"]))["mixed"]
+        assert (read.pending, read.parked, read.total) == (4, 4, 0)  # waiting, none runnable now
+        [(operation, count, due_ms)] = read.parked_ops
+        assert (operation, count) == ("partner", 4)
+        assert 0 < due_ms - read.now_ms <= 1000
+        samples = {
+            (m.name, tuple(s.labels.values())): s.value
+            for m in _scaling_metrics({"mixed": read}, None)
+            for s in m.samples
+        }
+        assert samples[("fencekit_queue_parked", ("mixed",))] == 4
+        assert samples[("fencekit_queue_parked_for_token", ("mixed", "partner"))] == 4
+        assert 0 < samples[("fencekit_queue_next_token_seconds", ("mixed", "partner"))] <= 1.0
+        assert samples[("fencekit_queue_backlog", ("mixed",))] == 0
         assert [t.params["n"] for t in await queue.pending()] == [1, 2, 3, 4]
         assert await client.cancel(jids[2], queue="mixed") is True
         assert [t.params["n"] for t in await queue.pending()] == [1, 3, 4]

@@ -5,9 +5,11 @@ Read by the pool's autoscaler (:mod:`fencekit.pool._autoscale`) with
 ``fencekit_queue_oldest_age_seconds``) inside the admin snapshot's per-queue
 batch (:meth:`Backlog.from_reply`).
 One ``backlog.lua`` call per queue, all in one round trip: the pending lists
-(priorities and parked tasks included), the scheduled tasks already due, and
-the enqueue time of the oldest task next to be claimed -- each read O(1) or
-O(log n) per list, never a scan.
+(priorities and parked tasks included), the scheduled tasks already due, the
+enqueue time of the oldest task next to be claimed, and the tasks parked for a
+concurrency slot or a rate token (per operation for a token, with when it is
+due) -- each read O(1) or O(log n) per list, never a scan. Parked tasks wait
+but cannot run now, so the scaling signal (:attr:`Backlog.total`) leaves them out.
 """
 
 from __future__ import annotations
@@ -37,6 +39,11 @@ class Backlog:
     """``enqueued_at`` (ms, Unix) of the oldest pending task next to be claimed; None when none."""
     now_ms: int = 0
     """The Redis clock when it was read (ms)."""
+    parked: int = 0
+    """Of ``pending``, the tasks parked for a concurrency slot or a rate limit's token: waiting,
+    but not runnable now (more workers would not run them sooner)."""
+    parked_ops: tuple[tuple[str, int, int], ...] = ()
+    """(operation, tasks parked for its token, Unix ms its next token is due) per operation."""
 
     @property
     def oldest_age(self) -> float:
@@ -45,15 +52,18 @@ class Backlog:
 
     @property
     def total(self) -> int:
-        """Tasks that could run now: pending plus due."""
-        return self.pending + self.due
+        """Tasks that could run now: pending (parked ones aside) plus due."""
+        return self.pending - self.parked + self.due
 
     @classmethod
     def from_reply(cls, reply: Sequence[Any]) -> Backlog:
         """The backlog of one ``backlog.lua`` reply (also read inside the admin snapshot's batch)."""
-        pending, due, oldest, now_ms = reply
+        pending, due, oldest, now_ms, parked, ops = reply
         text = as_text(oldest)
-        return cls(int(pending), int(due), int(text) if text else None, int(now_ms))
+        parked_ops = tuple(
+            (as_text(ops[i]), int(ops[i + 1]), int(float(as_text(ops[i + 2])))) for i in range(0, len(ops), 3)
+        )
+        return cls(int(pending), int(due), int(text) if text else None, int(now_ms), int(parked), parked_ops)
 
 
 async def read_backlog(

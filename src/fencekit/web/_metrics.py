@@ -192,11 +192,33 @@ def _scaling_metrics(backlog: Mapping[str, Backlog], desired: int | None) -> Ite
         "Seconds the oldest pending task has waited (Redis clock); 0 when none waits.",
         labels=["queue"],
     )
+    parked = GaugeMetricFamily(
+        "fencekit_queue_parked",
+        "Tasks parked for a concurrency slot or a rate limit's token: waiting, not runnable now.",
+        labels=["queue"],
+    )
+    by_operation = GaugeMetricFamily(
+        "fencekit_queue_parked_for_token",
+        "Tasks of a rate-limited operation parked until its bucket has a token.",
+        labels=["queue", "operation"],
+    )
+    next_token = GaugeMetricFamily(
+        "fencekit_queue_next_token_seconds",
+        "Seconds until a parked rate-limited operation's next token (Redis clock; 0: due now).",
+        labels=["queue", "operation"],
+    )
     for queue, read in backlog.items():
         waiting.add_metric([queue], float(read.total))
         age.add_metric([queue], round(read.oldest_age, 3))
+        parked.add_metric([queue], float(read.parked))
+        for operation, count, due_ms in read.parked_ops:
+            by_operation.add_metric([queue, operation], float(count))
+            next_token.add_metric([queue, operation], max(0.0, (due_ms - read.now_ms) / 1000))
     yield waiting
     yield age
+    yield parked
+    yield by_operation
+    yield next_token
     if desired is not None:
         wanted = GaugeMetricFamily(
             "fencekit_desired_workers", "Worker processes this host would run now (autoscaling's decision)."

@@ -4,17 +4,19 @@
 -- KEYS[1]  pending     P:{Q}:pending     LIST (and its priority and parked lists)
 -- KEYS[2]  scheduled   P:{Q}:scheduled   ZSET scored by due time (ms)
 --
--- Reply: { pending, due, oldest_ms, now_ms }
+-- Reply: { pending, due, oldest_ms, now_ms, parked, ops }
 --   pending    the tasks on every pending list (priorities and parked ones included)
 --   due        the scheduled tasks whose time has come (the scheduler moves them next)
 --   oldest_ms  enqueued_at of the oldest task next to be claimed on any pending list
---              (ms, as text), "" when none
+--              (parked ones aside: they cannot run now; ms, as text), "" when none
 --   now_ms     the Redis clock (ms), which the oldest task's age is measured against
+--   parked     of pending, the tasks parked for a concurrency slot or a rate token
+--   ops        per operation with tasks parked for a token: op, count, ms its token is due
 --!include _prio.lua
 local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 local oldest = nil
-for _, key in ipairs(waiting_lists(KEYS[1])) do
+for _, key in ipairs(pending_lists(KEYS[1])) do
   local head = redis.call('LINDEX', key, -1)  -- the oldest of a list: claimed next (RPOP)
   if head then
     local at = tonumber(string.match(head, '.*"enqueued_at":(%d+)'))
@@ -24,4 +26,16 @@ for _, key in ipairs(waiting_lists(KEYS[1])) do
   end
 end
 local due = redis.call('ZCOUNT', KEYS[2], '-inf', now_ms)
-return { pending_len(KEYS[1]), due, oldest and tostring(oldest) or '', now_ms }
+local parked = 0
+for _, key in ipairs(parked_lists(KEYS[1])) do
+  parked = parked + redis.call('LLEN', key)
+end
+local ops = {}
+local base = string.sub(KEYS[1], 1, #KEYS[1] - #'pending')
+local scored = redis.call('ZRANGE', base .. 'rparkedops', 0, -1, 'WITHSCORES')
+for i = 1, #scored, 2 do
+  ops[#ops + 1] = scored[i]
+  ops[#ops + 1] = redis.call('LLEN', base .. 'rparked:' .. scored[i])
+  ops[#ops + 1] = scored[i + 1]
+end
+return { pending_len(KEYS[1]), due, oldest and tostring(oldest) or '', now_ms, parked, ops }
