@@ -583,6 +583,18 @@ def every_call(keys: KeySpace, queue: str) -> dict[str, scripts.Call]:
             marker_ms=1000,
             tasks=[(qk.job("j"), qk.relayed("j"), 0, 1000, b"{}")],
         ),
+        "enqueue_debounce": scripts.enqueue_debounce(
+            scheduled=qk.scheduled,
+            stats=qk.stats,
+            record=qk.job("j"),
+            debounce=qk.debounce("doc-1"),
+            window_ms=2000,
+            max_ms=0,
+            envelope=b"{}",
+            jid="j",
+            record_prefix=qk.job(""),
+            keep_ms=1000,
+        ),
         "enqueue_unique": scripts.enqueue_unique(
             pending=qk.pending,
             scheduled=qk.scheduled,

@@ -25,6 +25,8 @@ Cluster too (invariant I5 of ``docs/design.md``). The schema, with ``P`` the pre
     P:{Q}:parked:<key>         LIST   tasks of <key> claimed while its slots were full; one
                                       goes back to the head of pending per slot given back
     P:{Q}:parkedkeys           SET    the keys with parked tasks (readers count them as pending)
+    P:{Q}:debounce:<key>       HASH   jid, env, first: the debounced task waiting for <key>
+                                      (lua/enqueue_debounce.lua)
     P:{Q}:rparked:<operation>  LIST   tasks of a rate-limited operation claimed without a token
                                       (and those behind them); the claim takes them back first
     P:{Q}:rparkedops           ZSET   operations with tasks parked for a token, scored by the ms
@@ -207,6 +209,10 @@ class QueueKeys:
     def inflight(self, consumer_id: str) -> str:
         """The in-flight hash of one consumer incarnation for this queue."""
         return self._inflight_base + consumer_id
+
+    def debounce(self, key: str) -> str:
+        """The key of ``Task(debounce_key=key)``: the jid and envelope of the task waiting for it."""
+        return self._job_base[: -len("job:")] + "debounce:" + key
 
     def unique(self, key: str) -> str:
         """The dedupe key of ``Task(unique_key=key)``: the jid of the task holding it."""

@@ -15,10 +15,14 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
+
+from fencekit.errors import ConfigError, PayloadError
+from fencekit.jobs import codec
 
 if TYPE_CHECKING:
     from fencekit._redis.keys import QueueKeys
@@ -26,9 +30,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_WEIGHT",
+    "Debounce",
     "Rate",
     "check_weights",
     "concurrency_key",
+    "debounce_of",
+    "debounce_options",
     "flow_specs",
     "parse_rate",
     "parse_weights",
@@ -154,3 +161,46 @@ def concurrency_key(spec: WorkerSpec, params: dict[str, Any]) -> str | None:
         return None
     key = spec.key_of(params)
     return key if isinstance(key, str) else str(key)
+
+
+def debounce_options(spec: WorkerSpec, params: dict[str, Any]) -> dict[str, Any]:
+    """The debounce fields a producer puts in a task of ``spec`` ({} when the worker has none): the
+    worker's ``debounce_key`` function applied to the params (as a string), its window and its
+    longest wait."""
+    if spec.debounce is None:
+        return {}
+    key = spec.debounce.key_of(params)
+    return {
+        "debounce_key": key if isinstance(key, str) else str(key),
+        "debounce": spec.debounce.window,
+        "debounce_max": spec.debounce.most,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Debounce:
+    """A worker's debounce: the key function of the params, the window and the longest wait (s)."""
+
+    key_of: Callable[[dict[str, Any]], object]
+    window: float
+    most: float | None = None
+
+
+def debounce_of(key_of: object, window: object, most: object, name: str) -> Debounce | None:
+    """The worker ``name``'s ``debounce_key``, ``debounce`` and ``debounce_max`` checked (ConfigError)."""
+    if key_of is None:
+        if window is not None or most is not None:
+            raise ConfigError(
+                f"worker {name}: attribute 'debounce' needs 'debounce_key' (a function of the params)"
+            )
+        return None
+    if not callable(key_of):
+        raise ConfigError(f"worker {name}: attribute 'debounce_key' must be a function of the params")
+    try:
+        seconds = codec.seconds_in(window, "debounce", zero=False)
+        longest = codec.seconds_in(most, "debounce_max", zero=False) if most is not None else None
+    except PayloadError as exc:
+        raise ConfigError(f"worker {name}: attribute {exc}") from None
+    if longest is not None and longest < seconds:
+        raise ConfigError(f"worker {name}: attribute 'debounce_max' must be at least 'debounce'")
+    return Debounce(key_of, seconds, longest)

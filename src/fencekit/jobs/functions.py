@@ -47,7 +47,7 @@ from typing_extensions import ParamSpec
 
 from fencekit.errors import ConfigError
 from fencekit.jobs._binding import Binder
-from fencekit.jobs.flow import concurrency_key
+from fencekit.jobs.flow import concurrency_key, debounce_options
 from fencekit.jobs.task import Task
 from fencekit.jobs.worker import WORKER_DEFAULTS, WorkerSpec, inspect_worker
 
@@ -223,6 +223,8 @@ class TaskCall(Generic[P, R]):
         params = f.fencekit_binder.encode(args, kwargs)
         if f.spec.key_of is not None and "concurrency_key" not in options:
             options = {**options, "concurrency_key": concurrency_key(f.spec, params)}
+        if f.spec.debounce is not None and "debounce_key" not in options:
+            options = {**debounce_options(f.spec, params), **options}
         return Task(f.queue, f.operation, params, **options)
 
     async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> str:
@@ -304,6 +306,7 @@ class TaskFunction(Generic[P, R]):
             params,
             priority=self.spec.priority,
             concurrency_key=concurrency_key(self.spec, params),
+            **debounce_options(self.spec, params),
         )
 
     async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> str:

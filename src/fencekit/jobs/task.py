@@ -35,7 +35,10 @@ class Task:
     it from the worker's ``concurrency_key`` function). ``depends_on`` (jids of
     tasks that keep a record) holds the task, status ``waiting``, until every
     parent succeeded; a parent that fails for good or is cancelled cancels it
-    unless ``on_parent_failure="run"`` (docs/guides/batches.md).
+    unless ``on_parent_failure="run"`` (docs/guides/batches.md). ``debounce_key`` with
+    ``debounce`` (seconds): enqueues of one key within that window replace the task still
+    waiting (its params become the last call's, its jid stays), and it runs once the window
+    passes without a new enqueue, or ``debounce_max`` after the first (docs/guides/flow.md).
     """
 
     queue: str
@@ -52,6 +55,9 @@ class Task:
     concurrency_key: str | None = None
     depends_on: Sequence[str] | None = None
     on_parent_failure: str = "cancel"
+    debounce_key: str | None = None
+    debounce: float | timedelta | None = None
+    debounce_max: float | timedelta | None = None
 
     def envelope(
         self,
@@ -90,6 +96,8 @@ class Task:
             self.unique_ms()
         if self.depends_on is not None:
             self.parents()
+        if self.debounce_key is not None or self.debounce is not None or self.debounce_max is not None:
+            self.debounce_ms()
         now_ms = time.time_ns() // 1_000_000
         raw = codec.encode(
             self.jid,
@@ -130,6 +138,22 @@ class Task:
         if self.jid is not None and self.jid in parents:
             raise PayloadError(f"task {self.jid} depends on itself (a cycle)")
         return parents
+
+    def debounce_ms(self) -> tuple[int, int]:
+        """(window, longest wait or 0) in ms of a debounced task; PayloadError for a bad combination."""
+        if self.debounce_key is None or self.debounce is None:
+            raise PayloadError("a debounced task needs both debounce_key and debounce (seconds)")
+        if (problem := jid_error(self.debounce_key, "debounce_key")) is not None:
+            raise PayloadError(problem)
+        if self.unique_key is not None or self.depends_on is not None:
+            raise PayloadError("a debounced task takes no unique_key or depends_on (its key already dedupes)")
+        window = max(1, round(codec.seconds_in(self.debounce, "debounce", zero=False) * 1000))
+        most = 0
+        if self.debounce_max is not None:
+            most = max(1, round(codec.seconds_in(self.debounce_max, "debounce_max", zero=False) * 1000))
+            if most < window:
+                raise PayloadError(f"debounce_max ({most} ms) must be at least the window ({window} ms)")
+        return window, most
 
     def unique_ms(self) -> int:
         """How long ``unique_key`` dedupes at most, in ms (0: while its task lives)."""

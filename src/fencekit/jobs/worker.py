@@ -53,7 +53,7 @@ from fencekit._redis.keys import validate_queue
 from fencekit.errors import ConfigError, PayloadError
 from fencekit.jobs._binding import Binder
 from fencekit.jobs.codec import is_priority, is_timeout
-from fencekit.jobs.flow import Rate, parse_rate
+from fencekit.jobs.flow import Debounce, Rate, debounce_of, parse_rate
 from fencekit.jobs.periodic import Schedule, schedule_of
 
 if TYPE_CHECKING:
@@ -125,6 +125,9 @@ class WorkerOptions(TypedDict, total=False):
     max_concurrency: int | None
     checkpoint_every: int
     checkpoint_seconds: float
+    debounce: float | timedelta | None
+    debounce_key: Callable[[dict[str, Any]], object] | None
+    debounce_max: float | timedelta | None
 
 
 WORKER_DEFAULTS: dict[str, Any] = {
@@ -144,6 +147,9 @@ WORKER_DEFAULTS: dict[str, Any] = {
     "max_concurrency": None,
     "checkpoint_every": 100,
     "checkpoint_seconds": 5.0,
+    "debounce": None,
+    "debounce_key": None,
+    "debounce_max": None,
 }
 """The default of each of :class:`WorkerOptions` (a test checks the two name the same options)."""
 
@@ -203,6 +209,7 @@ class WorkerSpec:
     call: Invocation | None = None  # None: ``await perform(params)`` (an async class worker)
     periodic: Schedule | None = None  # its schedule (``cron``/``every``), run by the Server or supervisor
     pace: tuple[int, float] = (100, 5.0)  # current_job().iterate checkpoints every N items or S seconds
+    debounce: Debounce | None = None  # debounce_key, debounce, debounce_max: applied by producers
 
 
 def _name(worker: object) -> str:
@@ -320,6 +327,9 @@ def inspect_worker(worker: object) -> WorkerSpec:
             ) from None
         ckey = key if key is None or isinstance(key, str) else str(key)
         periodic = replace(periodic, priority=priority, concurrency_key=ckey)
+    debounce = debounce_of(
+        _option(worker, "debounce_key"), _option(worker, "debounce"), _option(worker, "debounce_max"), name
+    )
     every, seconds = _option(worker, "checkpoint_every"), _option(worker, "checkpoint_seconds")
     if type(every) is not int or every < 1:
         raise ConfigError(f"worker {name}: attribute 'checkpoint_every' must be an int >= 1, got {every!r}")
@@ -345,6 +355,7 @@ def inspect_worker(worker: object) -> WorkerSpec:
         call=Invocation(perform, binder, sync) if binder is not None or sync else None,
         periodic=periodic,
         pace=(every, float(seconds)),
+        debounce=debounce,
     )
 
 

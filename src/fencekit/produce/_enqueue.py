@@ -5,9 +5,11 @@ then grouped: one
 ``enqueue.lua`` call per queue for tasks that keep no record, one
 ``enqueue_tracked.lua`` call per queue and retention for those that do, and
 one ``enqueue_unique.lua`` call per task with a ``unique_key`` (the dedupe
-is decided in Redis, per key). :meth:`EnqueuePlan.jids` reads the replies
-back into the jid of each task, in order: a duplicate's is the jid of the
-task that holds its key. No I/O here.
+is decided in Redis, per key), one ``enqueue_debounce.lua`` call per task
+with a ``debounce_key`` (which may take the place of the task its key holds).
+:meth:`EnqueuePlan.jids` reads the replies back into the jid of each task, in
+order: a duplicate's is the jid of the task that holds its key, a debounced
+one's that of the task it replaced. No I/O here.
 """
 
 from __future__ import annotations
@@ -82,11 +84,17 @@ class EnqueuePlan:
         plan = cls(size=len(tasks))
         groups: dict[tuple[str, int | None], list[int]] = {}
         for index, task in enumerate(tasks):
-            if task.unique_key is None:
+            if task.unique_key is None and task.debounce_key is None:
                 groups.setdefault((task.queue, task.keep_ms(keep_result)), []).append(index)
         for index, task in enumerate(tasks):
             if task.unique_key is not None:
                 plan._add_unique(keys, task, envelopes[index], index, keep_result, delay_ms)
+            elif task.debounce_key is not None:
+                if delay_ms:
+                    raise PayloadError(
+                        f"task {task.jid}: a debounced task's delay is its window (no delay or at)"
+                    )
+                plan._add_debounce(keys, task, envelopes[index], index, keep_result)
         for (queue, keep_ms), indexes in groups.items():
             qk = keys.queue(queue)
             raws = [envelopes[i] for i in indexes]
@@ -140,6 +148,30 @@ class EnqueuePlan:
         )
         self.carried.append([index])
         self.unique.append(True)
+
+    def _add_debounce(
+        self, keys: KeySpace, task: Task, envelope: bytes, index: int, keep_result: float
+    ) -> None:
+        qk = keys.queue(task.queue)
+        assert task.debounce_key is not None
+        assert task.jid is not None  # envelope() filled it in
+        window_ms, max_ms = task.debounce_ms()
+        self.calls.append(
+            scripts.enqueue_debounce(
+                scheduled=qk.scheduled,
+                stats=qk.stats,
+                record=qk.job(task.jid),
+                debounce=qk.debounce(task.debounce_key),
+                window_ms=window_ms,
+                max_ms=max_ms,
+                envelope=envelope,
+                jid=task.jid,
+                record_prefix=qk.job(""),
+                keep_ms=task.keep_ms(keep_result) or 0,
+            )
+        )
+        self.carried.append([index])
+        self.unique.append(True)  # the same reply: {created, jid}
 
     def outcomes(self, tasks: Sequence[Task], replies: Sequence[Any]) -> list[Enqueued | BaseException]:
         """Each task's jid and whether it was created, in the order of ``tasks``.

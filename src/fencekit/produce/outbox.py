@@ -140,9 +140,10 @@ def outbox_row(
     """
     if not isinstance(task, Task):
         raise PayloadError(f"enqueue_in takes a Task, got {type(task).__name__}")
-    if task.unique_key is not None or task.depends_on is not None:
+    if task.unique_key is not None or task.depends_on is not None or task.debounce_key is not None:
         raise PayloadError(
-            "the outbox takes no unique_key or depends_on task (its jid already makes it once): "
+            "the outbox takes no unique_key, depends_on or debounce_key task (its jid already makes "
+            "it once): "
             f"task {task.queue}/{task.operation}"
         )
     if delay is not None and at is not None:

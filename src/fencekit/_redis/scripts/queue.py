@@ -61,6 +61,28 @@ def enqueue_unique(
     )
 
 
+def enqueue_debounce(
+    *,
+    scheduled: str,
+    stats: str,
+    record: str,
+    debounce: str,
+    window_ms: int,
+    max_ms: int,
+    envelope: bytes,
+    jid: str,
+    record_prefix: str,
+    keep_ms: int,
+) -> Call:
+    """Accept a debounced task, or let it replace the one its key holds while that one waits;
+    reply ``{created, jid}`` (``enqueue_debounce.lua``)."""
+    return call(
+        "enqueue_debounce",
+        (scheduled, stats, record, debounce),
+        (window_ms, max_ms, envelope, jid, record_prefix, keep_ms),
+    )
+
+
 # -- claim and settle --------------------------------------------------------------
 
 
