@@ -64,7 +64,15 @@ APP = textwrap.dedent(
         async def perform(payload):
             record("thumb", payload["n"])
 
-    WORKERS = [Partner, Thumb]
+    class Render:
+        queue = "docs"
+        operation = "render"
+
+        @staticmethod
+        async def perform(payload):
+            record("render", payload["version"])
+
+    WORKERS = [Partner, Thumb, Render]
     """
 )
 
@@ -217,3 +225,28 @@ async def test_parked_tasks_are_counted_listed_cancelled_and_purged_as_pending(
     assert not r.exists(
         qkey("mixed", "rparked:partner"), qkey("mixed", "rparkedops"), qkey("mixed", "rparkedspec")
     )
+
+
+def test_ten_enqueues_of_one_debounce_key_run_once_with_the_last_params_over_two_pools(
+    tmp_path: Path, redis_url: str
+) -> None:
+    directory = write_app(tmp_path)
+    (tmp_path / "holapp.py").write_text(APP)
+    pools = [PoolRunner(tmp_path, redis_url, "--procs", "1", app="holapp:WORKERS") for _ in range(2)]
+    try:
+        for pool in pools:
+            pool.wait_ready()
+        with SyncClient(redis_url) as client:
+            jids = []
+            for version in range(10):  # within 0.5 s
+                task = Task("docs", "render", {"version": version}, debounce_key="doc-1", debounce=1.0)
+                jids.append(client.enqueue(task))
+                time.sleep(0.05)
+        wait_until(lambda: any(kind == "render" for _, kind, _ in runs(directory)), 30, what="the render")
+        time.sleep(2.0)  # a second run, on either pool, would have come by now
+        renders = [n for _, kind, n in runs(directory) if kind == "render"]
+    finally:
+        for pool in pools:
+            pool.stop()
+    assert len(set(jids)) == 1
+    assert renders == [9]
