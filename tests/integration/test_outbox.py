@@ -374,6 +374,8 @@ def test_fencekit_relay_moves_committed_rows_until_sigterm(
         while len(pending(raw, "shipping")) < 4 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert sorted(e["jid"] for e in pending(raw, "shipping")) == sorted(jids)
+        while outbox_rows(engine) and time.monotonic() < deadline:  # deleted just after the push
+            time.sleep(0.05)
         assert outbox_rows(engine) == []
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=20)
