@@ -126,7 +126,8 @@ def test_free_tasks_run_past_a_rate_limited_operation_parked_in_front_of_them(
     # at its rate: between any two claims, no more than the burst (2) and 2 a second
     for i, (at_i, _) in enumerate(partners):
         for j in range(i + 1, len(partners)):
-            assert j - i + 1 <= 2 + 2.0 * (partners[j][0] - at_i) + 1e-6
+            # + 0.01: the tokens come a little after the claim's TIME (2 ms at most: 0.004 token)
+            assert j - i + 1 <= 2 + 2.0 * (partners[j][0] - at_i) + 0.01
     assert parked > 0  # the rest wait parked, not lost: 100 - ran - in flight
 
 

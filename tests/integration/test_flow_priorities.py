@@ -66,6 +66,7 @@ PENDING_SCRIPTS = {
     "idem_done.lua": "'pending:<owner>' is an idempotency state, not a queue",
     "idem_reclaim.lua": "'pending:<owner>' is an idempotency state, not a queue",
     "upgrade_move.lua": "moves 0.6 keys, which had no priorities",
+    "enqueue_debounce.lua": "puts its task on the scheduled set only (schedule.lua moves it, by _prio)",
 }
 
 
