@@ -36,7 +36,7 @@ from typing import Any
 
 import pytest
 import redis
-from celery import Celery
+from celery import Celery, states
 from celery.exceptions import Retry
 from celery.result import AsyncResult
 from tests.docs_blocks import block_with
@@ -333,8 +333,8 @@ class Worker:
         """Wait for ``wanted``; fail at once if the task ends in another state."""
 
         def reached() -> bool:
-            state = result.state
-            if state != wanted and result.ready():
+            state = result.state  # read once: a second read (ready()) may see the state that came next
+            if state != wanted and state in states.READY_STATES:
                 pytest.fail(
                     f"task {result.id} ended {state} ({result.result!r}), not {wanted}\n{self.tail()}"
                 )
