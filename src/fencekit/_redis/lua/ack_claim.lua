@@ -157,19 +157,20 @@ if spec then
 end
 if want > 0 then
   local items
-  local restored = {}
+  local restored = nil -- the default path builds no table here
+  local n_restored = 0
   if spec and spec.r then -- tasks parked for a token that is due now go first (_flow.lua)
     restored = flow.restore(string.sub(KEYS[1], 1, #KEYS[1] - #'pending'), want)
+    n_restored = #restored
   end
-  if #restored >= want then
+  if n_restored >= want then
     items = false
   elseif redis.call('EXISTS', KEYS[1] .. ':prio') == 0 then -- no priority list in use (lua/_prio.lua)
-    items = redis.call('RPOP', KEYS[1], want - #restored)
+    items = redis.call('RPOP', KEYS[1], want - n_restored)
   else
     flow = flow or flow_helpers()
-    items = flow.pop(KEYS[1], want - #restored)
+    items = flow.pop(KEYS[1], want - n_restored)
   end
-  local n_restored = #restored
   if n_restored > 0 then
     for _, envelope in ipairs(items or {}) do
       restored[#restored + 1] = envelope
