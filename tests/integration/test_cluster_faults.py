@@ -199,11 +199,20 @@ def run_fault(
         t_fault = time.time()
         fault(cluster)
         t_settled = time.monotonic()
-        wait_until(
-            lambda: sum(1 for t in producer.report.accepted_at.values() if t > t_settled) >= 200,  # type: ignore[union-attr]
-            40,
-            what="load after the fault",
-        )
+        try:
+            wait_until(
+                lambda: sum(1 for t in producer.report.accepted_at.values() if t > t_settled) >= 200,  # type: ignore[union-attr]
+                40,
+                what="load after the fault",
+            )
+        except TimeoutError as exc:  # say what the producer met meanwhile
+            seen = producer.report
+            late = [m for at, m in seen.errors if at > t_settled]
+            raise TimeoutError(
+                f"{exc}: {sum(1 for t in seen.accepted_at.values() if t > t_settled)} accepted since, "
+                f"{len(late)} errors since (last: {late[-5:]}), other: {seen.other[-5:]}, "
+                f"producer alive: {producer.is_alive()}; pool log tail: {pool.output()[-2000:]}"
+            ) from None
         report = producer.stop()
         side_report = side.stop()
         producer = side = None

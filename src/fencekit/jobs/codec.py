@@ -12,8 +12,9 @@ its finished record is kept: the task has a record), ``"unique"`` (its
 Lua scripts read it with one anchored match: docs/guides/flow.md), ``"ckey"`` (its
 concurrency key, after ``"jid"`` and any ``"priority"``, for the same reason),
 ``"batch"`` (the id of the batch it is a child or a callback of, after those, for the
-same reason: docs/design/batches.md), ``"parents"`` (the results of the tasks it
-depended on, by jid, added as it is released: ``Task(depends_on=...)``), ``"ckpt": 1``
+same reason: docs/design/batches.md), ``"fair"`` and ``"rkey"`` (its fair-share key and
+its rate key, after those, for the same reason: docs/guides/flow.md), ``"parents"`` (the
+results of the tasks it depended on, by jid, added as it is released: ``Task(depends_on=...)``), ``"ckpt": 1``
 (last: the task has a checkpointed state to resume from, lua/_ckpt.lua) and ``"trace"``
 (the W3C ``traceparent`` of the request that
 enqueued it, when hooks trace: :mod:`fencekit.hooks`), so a task that sets none of them is encoded and decoded
@@ -77,6 +78,8 @@ class Envelope(NamedTuple):
     batch: str | None = None
     parents: dict[str, Any] | None = None
     ckpt: bool = False
+    fair: str | None = None
+    rkey: str | None = None
 
     def encode(self) -> bytes:
         return self.next_attempt(self.attempt)
@@ -100,6 +103,8 @@ class Envelope(NamedTuple):
             batch=self.batch,
             parents=self.parents,
             ckpt=self.ckpt,
+            fair=self.fair,
+            rkey=self.rkey,
         )
 
 
@@ -203,10 +208,12 @@ def encode(
     batch: str | None = None,
     parents: dict[str, Any] | None = None,
     ckpt: bool = False,
+    fair: str | None = None,
+    rkey: str | None = None,
 ) -> bytes:
     """Encode an envelope (:func:`check_params` ran at enqueue, or at decode)."""
     data: dict[str, Any]
-    if ckey is not None or batch is not None:
+    if ckey is not None or batch is not None or fair is not None or rkey is not None:
         # after the jid (and priority): the scripts' anchored matches (lua/_prio.lua, lua/_note.lua)
         head: dict[str, Any] = {"jid": jid}
         if priority != DEFAULT_PRIORITY:
@@ -215,6 +222,10 @@ def encode(
             head["ckey"] = ckey
         if batch is not None:
             head["batch"] = batch
+        if fair is not None:
+            head["fair"] = fair
+        if rkey is not None:
+            head["rkey"] = rkey
         data = {
             **head,
             "queue": queue,
@@ -324,6 +335,11 @@ def decode(raw: bytes | str) -> Envelope:
     ckpt = data.get("ckpt")
     if ckpt is not None and ckpt != 1:
         raise PayloadError("field 'ckpt' must be 1 (the task has a checkpointed state)")
+    fair, rkey = data.get("fair"), data.get("rkey")
+    if fair is not None and not is_ckey(fair):
+        raise PayloadError(f"field 'fair' must be a fair-share key: {CKEY_RULE}")
+    if rkey is not None and not is_ckey(rkey):
+        raise PayloadError(f"field 'rkey' must be a rate key: {CKEY_RULE}")
     return Envelope(
         jid,
         queue,
@@ -341,6 +357,8 @@ def decode(raw: bytes | str) -> Envelope:
         batch,
         parents,
         ckpt == 1,
+        fair,
+        rkey,
     )
 
 

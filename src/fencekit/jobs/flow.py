@@ -31,12 +31,15 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_WEIGHT",
     "Debounce",
+    "FlowKeys",
     "Rate",
     "check_weights",
     "concurrency_key",
     "debounce_of",
     "debounce_options",
+    "flow_keys",
     "flow_specs",
+    "key_options",
     "parse_rate",
     "parse_weights",
     "weighted_order",
@@ -139,13 +142,23 @@ def flow_specs(registry: Iterable[WorkerSpec], qkeys: Mapping[str, QueueKeys]) -
         mine = [w for w in specs if w.queue == queue]
         limited = [[w.operation, w.rate.per_second, w.rate.burst] for w in mine if w.rate]
         keyed = {w.operation: w.max_concurrency for w in mine if w.max_concurrency}
-        if not limited and not keyed:
+        weights: dict[str, int] = {}
+        for w in mine:
+            for key, weight in ((w.keys.weights or {}) if w.keys else {}).items():
+                if weights.setdefault(key, weight) != weight:
+                    raise ConfigError(
+                        f"queue {queue!r}: its workers give the fair key {key!r} two weights "
+                        f"({weights[key]} and {weight}); give it one"
+                    )
+        if not limited and not keyed and not weights:
             continue
         spec: dict[str, object] = {}
         if limited:
             spec["p"], spec["r"] = qk.rate_prefix(), limited
         if keyed:
             spec["cp"], spec["c"] = qk.base(), keyed
+        if weights:
+            spec["w"] = weights
         out[queue] = orjson.dumps(spec).decode()
     return out
 
@@ -161,6 +174,52 @@ def concurrency_key(spec: WorkerSpec, params: dict[str, Any]) -> str | None:
         return None
     key = spec.key_of(params)
     return key if isinstance(key, str) else str(key)
+
+
+@dataclass(frozen=True, slots=True)
+class FlowKeys:
+    """A worker's ``fair_key`` and ``rate_key`` (functions of the params, applied by producers) and
+    its ``fair_weights`` (fair key -> turns in a row, sent with its queue's claims)."""
+
+    fair: Callable[[dict[str, Any]], object] | None = None
+    rate: Callable[[dict[str, Any]], object] | None = None
+    weights: Mapping[str, int] | None = None
+
+
+def flow_keys(fair: object, rate_key: object, weights: object, rated: bool, name: str) -> FlowKeys | None:
+    """The worker ``name``'s ``fair_key``, ``rate_key`` and ``fair_weights`` checked (ConfigError);
+    ``rated``: it sets a ``rate_limit`` (a ``rate_key`` divides it)."""
+    if fair is None and rate_key is None and weights is None:
+        return None
+    for label, value in (("fair_key", fair), ("rate_key", rate_key)):
+        if value is not None and not callable(value):
+            raise ConfigError(f"worker {name}: attribute {label!r} must be a function of the params")
+    if rate_key is not None and not rated:
+        raise ConfigError(f"worker {name}: attribute 'rate_key' needs 'rate_limit' (the rate each key gets)")
+    if weights is not None:
+        if not isinstance(weights, Mapping) or not all(
+            codec.is_ckey(k) and type(v) is int and 1 <= v <= MAX_WEIGHT for k, v in weights.items()
+        ):
+            raise ConfigError(
+                f"worker {name}: attribute 'fair_weights' must map fair keys ({codec.CKEY_RULE}) "
+                f"to int weights from 1 to {MAX_WEIGHT}, got {weights!r}"
+            )
+        weights = dict(weights)
+    return FlowKeys(fair, rate_key, weights)  # type: ignore[arg-type]
+
+
+def key_options(spec: WorkerSpec, params: dict[str, Any]) -> dict[str, Any]:
+    """The ``fair_key`` and ``rate_key`` a producer puts in a task of ``spec`` ({} when the worker
+    sets neither): its functions applied to the params, as strings."""
+    keys = spec.keys
+    if keys is None:
+        return {}
+    out: dict[str, Any] = {}
+    for name, function in (("fair_key", keys.fair), ("rate_key", keys.rate)):
+        if function is not None:
+            key = function(params)
+            out[name] = key if isinstance(key, str) else str(key)
+    return out
 
 
 def debounce_options(spec: WorkerSpec, params: dict[str, Any]) -> dict[str, Any]:

@@ -47,7 +47,7 @@ from typing_extensions import ParamSpec
 
 from fencekit.errors import ConfigError
 from fencekit.jobs._binding import Binder
-from fencekit.jobs.flow import concurrency_key, debounce_options
+from fencekit.jobs.flow import concurrency_key, debounce_options, key_options
 from fencekit.jobs.task import Task
 from fencekit.jobs.worker import WORKER_DEFAULTS, WorkerSpec, inspect_worker
 
@@ -225,6 +225,8 @@ class TaskCall(Generic[P, R]):
             options = {**options, "concurrency_key": concurrency_key(f.spec, params)}
         if f.spec.debounce is not None and "debounce_key" not in options:
             options = {**debounce_options(f.spec, params), **options}
+        if f.spec.keys is not None:
+            options = {**key_options(f.spec, params), **options}
         return Task(f.queue, f.operation, params, **options)
 
     async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> str:
@@ -307,6 +309,7 @@ class TaskFunction(Generic[P, R]):
             priority=self.spec.priority,
             concurrency_key=concurrency_key(self.spec, params),
             **debounce_options(self.spec, params),
+            **key_options(self.spec, params),
         )
 
     async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> str:
@@ -347,6 +350,8 @@ class TaskFunction(Generic[P, R]):
         keep_result: float | timedelta | None = None,
         priority: int | None = None,
         concurrency_key: str | None = None,
+        fair_key: str | None = None,
+        rate_key: str | None = None,
     ) -> TaskCall[P, R]:
         """This function with per-call enqueue options (those of ``Task`` and ``Client.enqueue``)."""
         given = {
@@ -358,6 +363,8 @@ class TaskFunction(Generic[P, R]):
             "keep_result": keep_result,
             "priority": priority,
             "concurrency_key": concurrency_key,
+            "fair_key": fair_key,
+            "rate_key": rate_key,
         }
         return TaskCall(
             self, delay=delay, at=at, task_options={k: v for k, v in given.items() if v is not None}

@@ -39,6 +39,10 @@ class Task:
     ``debounce`` (seconds): enqueues of one key within that window replace the task still
     waiting (its params become the last call's, its jid stays), and it runs once the window
     passes without a new enqueue, or ``debounce_max`` after the first (docs/guides/flow.md).
+    ``fair_key`` shares the queue fairly between keys (tenants): claims take the keys with
+    work in turn, FIFO within a key. ``rate_key`` gives the task's operation a bucket of its
+    ``rate_limit`` per key (docs/guides/flow.md). Task functions set both from the worker's
+    ``fair_key`` and ``rate_key`` functions.
     """
 
     queue: str
@@ -58,6 +62,8 @@ class Task:
     debounce_key: str | None = None
     debounce: float | timedelta | None = None
     debounce_max: float | timedelta | None = None
+    fair_key: str | None = None
+    rate_key: str | None = None
 
     def envelope(
         self,
@@ -89,8 +95,13 @@ class Task:
                 f"priority must be an int from {codec.MIN_PRIORITY} to {codec.MAX_PRIORITY}, "
                 f"got {self.priority!r}"
             )
-        if self.concurrency_key is not None and not codec.is_ckey(self.concurrency_key):
-            raise PayloadError(f"concurrency_key must be {codec.CKEY_RULE}, got {self.concurrency_key!r}")
+        for label, key in (
+            ("concurrency_key", self.concurrency_key),
+            ("fair_key", self.fair_key),
+            ("rate_key", self.rate_key),
+        ):
+            if key is not None and not codec.is_ckey(key):
+                raise PayloadError(f"{label} must be {codec.CKEY_RULE}, got {key!r}")
         if self.unique_key is not None:
             _check_unique(self.unique_key)
             self.unique_ms()
@@ -114,6 +125,8 @@ class Task:
             priority=self.priority,
             ckey=self.concurrency_key,
             batch=batch,
+            fair=self.fair_key,
+            rkey=self.rate_key,
         )
         if len(raw) > max_payload:
             raise PayloadError(
@@ -189,6 +202,8 @@ class Task:
             envelope.unique,
             priority=envelope.priority,
             concurrency_key=envelope.ckey,
+            fair_key=envelope.fair,
+            rate_key=envelope.rkey,
         )
 
 

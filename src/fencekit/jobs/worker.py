@@ -25,7 +25,9 @@ on the Redis, enforced when claiming, docs/guides/flow.md), ``max_concurrency``
 (an int >= 1, default None) with ``concurrency_key`` (a function of the
 params returning the key, e.g. ``lambda p: p["tenant"]``; a task function's
 ``build``/``enqueue`` applies it): at most that many tasks of one key run at
-once across every process (docs/guides/flow.md), ``checkpoint_every`` (an int
+once across every process (docs/guides/flow.md), ``fair_key`` and ``rate_key``
+(functions of the params: the task's fair-share key and rate key) and ``fair_weights``
+(fair key -> turns, docs/guides/flow.md), ``checkpoint_every`` (an int
 >= 1, default 100) and ``checkpoint_seconds`` (default 5): how often
 ``current_job().iterate`` checkpoints its cursor (docs/guides/long-jobs.md), and the periodic options
 ``cron``/``every``, ``cron_params``, ``cron_tz``, ``cron_catch_up``
@@ -53,7 +55,7 @@ from fencekit._redis.keys import validate_queue
 from fencekit.errors import ConfigError, PayloadError
 from fencekit.jobs._binding import Binder
 from fencekit.jobs.codec import is_priority, is_timeout
-from fencekit.jobs.flow import Debounce, Rate, debounce_of, parse_rate
+from fencekit.jobs.flow import Debounce, FlowKeys, Rate, debounce_of, flow_keys, parse_rate
 from fencekit.jobs.periodic import Schedule, schedule_of
 
 if TYPE_CHECKING:
@@ -128,6 +130,9 @@ class WorkerOptions(TypedDict, total=False):
     debounce: float | timedelta | None
     debounce_key: Callable[[dict[str, Any]], object] | None
     debounce_max: float | timedelta | None
+    fair_key: Callable[[dict[str, Any]], object] | None
+    fair_weights: dict[str, int] | None
+    rate_key: Callable[[dict[str, Any]], object] | None
 
 
 WORKER_DEFAULTS: dict[str, Any] = {
@@ -150,6 +155,9 @@ WORKER_DEFAULTS: dict[str, Any] = {
     "debounce": None,
     "debounce_key": None,
     "debounce_max": None,
+    "fair_key": None,
+    "fair_weights": None,
+    "rate_key": None,
 }
 """The default of each of :class:`WorkerOptions` (a test checks the two name the same options)."""
 
@@ -210,6 +218,7 @@ class WorkerSpec:
     periodic: Schedule | None = None  # its schedule (``cron``/``every``), run by the Server or supervisor
     pace: tuple[int, float] = (100, 5.0)  # current_job().iterate checkpoints every N items or S seconds
     debounce: Debounce | None = None  # debounce_key, debounce, debounce_max: applied by producers
+    keys: FlowKeys | None = None  # fair_key, rate_key (applied by producers), fair_weights
 
 
 def _name(worker: object) -> str:
@@ -330,6 +339,8 @@ def inspect_worker(worker: object) -> WorkerSpec:
     debounce = debounce_of(
         _option(worker, "debounce_key"), _option(worker, "debounce"), _option(worker, "debounce_max"), name
     )
+    fair_key, rate_key = _option(worker, "fair_key"), _option(worker, "rate_key")
+    keys = flow_keys(fair_key, rate_key, _option(worker, "fair_weights"), rate is not None, name)
     every, seconds = _option(worker, "checkpoint_every"), _option(worker, "checkpoint_seconds")
     if type(every) is not int or every < 1:
         raise ConfigError(f"worker {name}: attribute 'checkpoint_every' must be an int >= 1, got {every!r}")
@@ -356,6 +367,7 @@ def inspect_worker(worker: object) -> WorkerSpec:
         periodic=periodic,
         pace=(every, float(seconds)),
         debounce=debounce,
+        keys=keys,
     )
 
 

@@ -8,7 +8,9 @@ One ``backlog.lua`` call per queue, all in one round trip: the pending lists
 (priorities and parked tasks included), the scheduled tasks already due, the
 enqueue time of the oldest task next to be claimed, and the tasks parked for a
 concurrency slot or a rate token (per operation for a token, with when it is
-due) -- each read O(1) or O(log n) per list, never a scan. Parked tasks wait
+due; per operation and key for a per-key rate limit), and the fair-share keys
+with work (how many, and the next 50 in turn with their backlog) -- each read
+O(1) or O(log n) per list, never a scan. Parked tasks wait
 but cannot run now, so the scaling signal (:attr:`Backlog.total`) leaves them out.
 """
 
@@ -43,7 +45,15 @@ class Backlog:
     """Of ``pending``, the tasks parked for a concurrency slot or a rate limit's token: waiting,
     but not runnable now (more workers would not run them sooner)."""
     parked_ops: tuple[tuple[str, int, int], ...] = ()
-    """(operation, tasks parked for its token, Unix ms its next token is due) per operation."""
+    """(operation, tasks parked for its token, Unix ms its next token is due) per operation (its
+    keys' together for a per-key rate limit: the most tasks, the soonest token)."""
+    parked_keys: tuple[tuple[str, str, int, int], ...] = ()
+    """(operation, rate key, tasks parked, Unix ms the key's next token is due) per key of a
+    per-key rate limit (``rate_key``) with parked tasks."""
+    fair_keys: int = 0
+    """How many fair-share keys (``fair_key``) have tasks waiting."""
+    fair: tuple[tuple[str, int], ...] = ()
+    """(fair key, tasks waiting) of the next keys in turn (at most 50)."""
 
     @property
     def oldest_age(self) -> float:
@@ -58,12 +68,28 @@ class Backlog:
     @classmethod
     def from_reply(cls, reply: Sequence[Any]) -> Backlog:
         """The backlog of one ``backlog.lua`` reply (also read inside the admin snapshot's batch)."""
-        pending, due, oldest, now_ms, parked, ops = reply
+        pending, due, oldest, now_ms, parked, ops, fair = reply
         text = as_text(oldest)
-        parked_ops = tuple(
-            (as_text(ops[i]), int(ops[i + 1]), int(float(as_text(ops[i + 2])))) for i in range(0, len(ops), 3)
+        by_op: dict[str, tuple[int, int]] = {}
+        keyed = []
+        for i in range(0, len(ops), 3):
+            operation, _, key = as_text(ops[i]).partition("\x1f")
+            count, due_ms = int(ops[i + 1]), int(float(as_text(ops[i + 2])))
+            if key:
+                keyed.append((operation, key, count, due_ms))
+            seen = by_op.get(operation)
+            by_op[operation] = (count, due_ms) if seen is None else (seen[0] + count, min(seen[1], due_ms))
+        return cls(
+            int(pending),
+            int(due),
+            int(text) if text else None,
+            int(now_ms),
+            int(parked),
+            tuple((op, count, due_ms) for op, (count, due_ms) in by_op.items()),
+            tuple(keyed),
+            int(fair[0]),
+            tuple((as_text(fair[i]), int(fair[i + 1])) for i in range(1, len(fair), 2)),
         )
-        return cls(int(pending), int(due), int(text) if text else None, int(now_ms), int(parked), parked_ops)
 
 
 async def read_backlog(

@@ -14,7 +14,10 @@ Redirects are followed, never re-sent blindly (I4): ``MOVED`` means the node
 did not run the command, so the map is read again and the call goes to the
 new owner; ``ASK`` (a slot being migrated) sends that call once to the named
 node behind ``ASKING``; ``TRYAGAIN`` (a migration has split the call's keys)
-waits a little and sends it again, since it did not run.
+waits a little and sends it again, since it did not run. A slot the map names
+no owner for (read from a node amid a failover) is not a failure of the call
+either: the map is read again as for a ``MOVED``, from a node that knows every
+slot's owner when one does (:mod:`~fencekit._redis.cluster.maps`).
 
 A node that fails fails alone: the calls sent to it get
 :class:`~fencekit._redis.run.NodeLost` (a ``StoreError``: they may have run)
@@ -39,6 +42,7 @@ from typing import Any, cast
 
 from fencekit._aio.closing import finish
 from fencekit._aio.scope import TaskScope
+from fencekit._redis.cluster.maps import read_fullest, read_slot_map
 from fencekit._redis.cluster.routing import (
     MAX_REDIRECTS,
     REFRESH,
@@ -73,36 +77,6 @@ __all__ = [  # the routing names are re-exported: the link's users need them bes
 NODE_RETRY_MIN = 0.1
 NODE_RETRY_MAX = 0.5
 """After a node failed, its calls fail at once for this long (doubling from :data:`NODE_RETRY_MIN`)."""
-
-
-async def read_slot_map(target: RedisTarget, *, name: str | None = None) -> tuple[SlotMap, LeanConnection]:
-    """The slot map from the first seed of ``target`` that answers, and the connection that read it.
-
-    A server that is not a cluster node is a :class:`ConfigError` (the URL is
-    wrong, not Redis); no seed answering is a :class:`StoreError` naming each.
-    """
-    failures: list[str] = []
-    for host, port in target.seeds:
-        try:
-            conn = await LeanConnection.open(target.node(host, port), name=name)
-        except StoreError as exc:
-            failures.append(str(exc))
-            continue
-        try:
-            reply = await conn.execute("CLUSTER", "SLOTS")
-            return SlotMap.from_reply(reply, (host, port)), conn
-        except StoreError as exc:
-            conn.close()
-            if "cluster support disabled" in str(exc):
-                raise ConfigError(
-                    f"Redis at {host}:{port} is not a Redis Cluster node (cluster support disabled): "
-                    f"use a redis:// URL for it, not {target.redacted()}"
-                ) from exc
-            failures.append(f"{host}:{port}: {exc}")
-        except BaseException:  # cancelled (a closing link's map read): the connection is nobody's
-            conn.close()
-            raise
-    raise StoreError(f"no seed node of {target.redacted()} answered: {'; '.join(failures)}")
 
 
 class ClusterLink:
@@ -144,7 +118,8 @@ class ClusterLink:
         return self._map
 
     async def call(self, call: Call) -> Any:
-        conn = self._conns.get(self._owner(call))
+        owner = self._owner(call)
+        conn = None if owner is None else self._conns.get(owner)
         if conn is not None and not conn.closed:  # the common case: straight to the owner
             try:
                 return await conn.call(call)
@@ -168,8 +143,9 @@ class ClusterLink:
         if not calls:
             return []
         owners = {self._owner(call) for call in calls}
-        if len(owners) == 1:  # one node (one queue's turn): its connection alone, no routing round
-            conn = self._conns.get(owners.pop())
+        owner = owners.pop() if len(owners) == 1 else None
+        if owner is not None:  # one node (one queue's turn): its connection alone, no routing round
+            conn = self._conns.get(owner)
             if conn is not None and not conn.closed:
                 replies = await self._send_part(_address(conn), list(calls), False)
                 again = [i for i, reply in enumerate(replies) if redirect_of(reply) is not None]
@@ -218,7 +194,7 @@ class ClusterLink:
         slot = slot_of(_key_bytes(args[1]))
         moved_to: Address | None = None  # as in route_steps: a MOVED's word beats a stale map
         for attempt in range(MAX_REDIRECTS + 1):
-            address = moved_to or self._map.owner(slot)
+            address = moved_to or await self._owner_of(slot)
             conn = await self._node(address)
             try:
                 return await conn.execute(*args, timeout=timeout)
@@ -251,7 +227,7 @@ class ClusterLink:
         slot = slot_of(_key_bytes(command[1]))
         if any(self._slot(call) != slot for call in calls):
             raise ConfigError("block_then on a Redis Cluster needs every call in the blocking command's slot")
-        address = self._map.owner(slot)
+        address = await self._owner_of(slot)
         conn = await self._node(address)
         try:
             return await conn.block_then(command, calls, timeout)
@@ -280,8 +256,18 @@ class ClusterLink:
             raise ConfigError(f"script {call.script.name} has no key to route it by on a Redis Cluster")
         return slot_of(call.keys[0])
 
-    def _owner(self, call: Call) -> Address:
-        return self._map.owner(self._slot(call))
+    def _owner(self, call: Call) -> Address | None:
+        return self._map.get(self._slot(call))  # None: routed anyway, route_steps reads the map again
+
+    async def _owner_of(self, slot: int) -> Address:
+        """The slot's primary; a map naming none (read from a node amid a failover) is read again."""
+        for attempt in range(MAX_REDIRECTS):
+            owner = self._map.get(slot)
+            if owner is not None:
+                return owner
+            await asyncio.sleep(TRYAGAIN_PAUSE * attempt)
+            await self._refresh()
+        return self._map.owner(slot)  # still none: StoreError, and the next call reads the map again
 
     async def _send_part(self, address: Address, calls: list[Call], asking: bool) -> list[Any]:
         """``calls`` on one node in one write (behind ``ASKING`` each, for an ``ASK``).
@@ -393,19 +379,8 @@ class ClusterLink:
         await asyncio.shield(self._refreshing)
 
     async def _read_map(self) -> None:
-        for address in list(self._conns):
-            conn = self._conns[address]
-            if conn.closed:
-                continue
-            try:
-                reply = await conn.execute("CLUSTER", "SLOTS")
-            except StoreError:
-                continue
-            self._map = SlotMap.from_reply(reply, address)
-            return
-        slots, conn = await read_slot_map(self._target, name=self._name)
-        self._map = slots
-        conn.close()
+        """Read the map again from the open nodes, preferring a full one (:func:`read_fullest`)."""
+        self._map = await read_fullest(list(self._conns.items()), self._target, name=self._name)
 
 
 _KEYED = frozenset(("BLPOP", "HGETALL", "LLEN", "GET", "HGET", "EXISTS", "DEL", "LPUSH", "RPUSH", "ZCARD"))

@@ -22,6 +22,7 @@ from fencekit._redis.run import Redirected, TryAgain, as_text, translate_error
 from fencekit.errors import StoreError
 
 __all__ = [
+    "HASH_SLOTS",
     "MAX_REDIRECTS",
     "REFRESH",
     "TRYAGAIN_LIMIT",
@@ -36,6 +37,8 @@ __all__ = [
 ]
 
 Address = tuple[str, int]
+
+HASH_SLOTS = 16384
 
 MAX_REDIRECTS = 8
 """Redirects one call may follow before the link gives up (a map that keeps moving): from the
@@ -55,12 +58,14 @@ def slot_of(key: str | bytes) -> int:
 class SlotMap:
     """Which primary serves each of the 16384 slots (I/O-free)."""
 
-    __slots__ = ("_owners", "_starts")
+    __slots__ = ("_owners", "_starts", "served")
 
     def __init__(self, ranges: Sequence[tuple[int, int, Address]]) -> None:
         ordered = sorted(ranges)
         self._starts = [start for start, _, _ in ordered]
         self._owners = [(end, owner) for _, end, owner in ordered]
+        self.served = sum(end - start + 1 for start, end, _ in ordered)
+        """How many slots have an owner in it (:data:`HASH_SLOTS` when the node asked knew all)."""
 
     @classmethod
     def from_reply(cls, reply: Any, asked: Address) -> SlotMap:
@@ -74,14 +79,25 @@ class SlotMap:
             raise StoreError(f"the Redis Cluster node at {asked[0]}:{asked[1]} has no slots assigned yet")
         return cls(ranges)
 
-    def owner(self, slot: int) -> Address:
-        """The primary serving ``slot``; :class:`StoreError` when no node does."""
+    def get(self, slot: int) -> Address | None:
+        """The primary serving ``slot``; None when this map names none."""
         i = bisect.bisect_right(self._starts, slot) - 1
         if i >= 0:
             end, owner = self._owners[i]
             if slot <= end:
                 return owner
-        raise StoreError(f"no Redis Cluster node serves hash slot {slot} (cluster down or being set up?)")
+        return None
+
+    def owner(self, slot: int) -> Address:
+        """The primary serving ``slot``; :class:`StoreError` when this map names none.
+
+        A map may lack a slot for a moment in a failover (read from a node that dropped
+        the old primary's slots before it heard of the new one): routing reads it again.
+        """
+        owner = self.get(slot)
+        if owner is None:
+            raise StoreError(f"no Redis Cluster node serves hash slot {slot} (cluster down or being set up?)")
+        return owner
 
     @property
     def primaries(self) -> set[Address]:
@@ -122,8 +138,10 @@ def route_steps(
     ``ASK`` say the node did not run it, and so do ``TRYAGAIN`` and ``CLUSTERDOWN``
     (a failed primary not replaced yet: paused on like ``TRYAGAIN``). A ``MOVED``
     op goes next to the node the answer named (the map read next may come from a
-    node that has not heard of a failover yet). An op still
-    redirected after :data:`MAX_REDIRECTS` map reads, or refused with
+    node that has not heard of a failover yet). An op whose slot ``owner`` says no
+    node serves (a ``StoreError``: a map read from a node amid a failover) is
+    not sent: the map is read again, as for a ``MOVED``. An op still
+    redirected or unserved after :data:`MAX_REDIRECTS` map reads, or refused with
     ``TRYAGAIN`` :data:`TRYAGAIN_LIMIT` times, keeps that error in its slot.
     """
     replies: list[Any] = [None] * len(slots)
@@ -132,13 +150,20 @@ def route_steps(
     moved_to: dict[int, Address] = {}  # a MOVED's word beats a map read from a node not told yet
     while todo:
         groups: dict[Address, list[int]] = {}
+        unserved: list[int] = []
         for i in todo:
             slot = slots[i]
-            groups.setdefault(moved_to.get(slot) or owner(slot), []).append(i)
-        results = yield [(addr, idx, False) for addr, idx in groups.items()]
-        todo = []
+            try:
+                address = moved_to.get(slot) or owner(slot)
+            except StoreError as exc:  # the map names no owner: not sent, the map is read again
+                replies[i] = exc
+                unserved.append(i)
+                continue
+            groups.setdefault(address, []).append(i)
+        results = (yield [(addr, idx, False) for addr, idx in groups.items()]) if groups else []
+        todo = unserved
         asks: dict[Address, list[int]] = {}
-        moved = False
+        moved = bool(unserved)
         for idx, result in zip(groups.values(), results, strict=True):
             for i, reply in zip(idx, result, strict=True):
                 replies[i] = reply

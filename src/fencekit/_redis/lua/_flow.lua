@@ -3,7 +3,8 @@
 -- (rate in tasks per second). Each limited operation has a token bucket
 -- P:{Q}:rate:<op> (HASH t = tokens, at = Redis TIME in us of the last
 -- refill) refilled from Redis TIME, so every process on this Redis shares
--- it. A claimed task of a limited operation takes a token; one that finds
+-- it; a task whose head carries "rkey":<key> (a per-key rate limit) uses the
+-- bucket of <op>\31<key> instead, and parks under that name (below). A claimed task of a limited operation takes a token; one that finds
 -- none is parked on P:{Q}:rparked:<op> (LPUSH in, RPOP out), and so is every
 -- later task of that operation while the list holds any (FIFO within the
 -- operation), while the claim goes on with the queue's other tasks: no head
@@ -141,15 +142,20 @@ local function flow_filter(pending, items, spec, restored, want, more)
     if not envelope then
       -- parked: it waits for a slot of its key; the tasks behind it go on
     elseif r then
-      local b = buckets[op]
+      local name = op -- the bucket: the operation's, or with a rate key that key's own
+      local rkey = head_field(envelope, 'rkey')
+      if rkey then
+        name = op .. '\31' .. rkey
+      end
+      local b = buckets[name]
       if not b then
-        local key = spec.p .. op
+        local key = spec.p .. name
         local tokens = rate_tokens(redis.call('HMGET', key, 't', 'at'), r[2], r[3], now_us)
         b = { key = key, t = tokens, rate = r[2], burst = r[3] }
-        buckets[op] = b
-        parked[op] = redis.call('EXISTS', base .. 'rparked:' .. op) == 1
+        buckets[name] = b
+        parked[name] = redis.call('EXISTS', base .. 'rparked:' .. name) == 1
       end
-      if b.t >= 1 and (i <= restored or not parked[op]) then
+      if b.t >= 1 and (i <= restored or not parked[name]) then
         b.t = b.t - 1
         kept[#kept + 1] = envelope
         if slots then
@@ -157,13 +163,13 @@ local function flow_filter(pending, items, spec, restored, want, more)
           slotted[#kept] = slots
         end
       else
-        redis.call('LPUSH', base .. 'rparked:' .. op, envelope)
+        redis.call('LPUSH', base .. 'rparked:' .. name, envelope)
         any_parked = true
-        if not parked[op] then
-          parked[op] = true
+        if not parked[name] then
+          parked[name] = true
           local due = math.floor(now_us / 1000) + math.max(1, math.ceil((1 - b.t) * 1000 / b.rate))
-          redis.call('ZADD', base .. 'rparkedops', 'NX', due, op)
-          redis.call('HSET', base .. 'rparkedspec', op, string.format('%s %s', b.rate, b.burst))
+          redis.call('ZADD', base .. 'rparkedops', 'NX', due, name)
+          redis.call('HSET', base .. 'rparkedspec', name, string.format('%s %s', b.rate, b.burst))
         end
       end
     else

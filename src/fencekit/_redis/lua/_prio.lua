@@ -21,10 +21,90 @@ local function prio_list(pending, p)
   end
   return pending .. ':' .. p
 end
--- Push one envelope onto its priority's list: the tail (LPUSH, claimed last)
--- or, with head true, the head (RPUSH, claimed next).
+-- Fair share (docs/guides/flow.md): a task whose envelope carries "fair":<key>
+-- (its head, codec.py: after the jid, priority, ckey and batch it sets) lives on
+-- P:{Q}:fair:<p>:<key> at its priority p, and the LIST P:{Q}:fairring:<p>
+-- holds the keys of level p in their turn order (RPOP the next, LPUSH it back
+-- while its list has work), plus "" for the level's tasks without a key: they
+-- take their turn as one more key. A key with no work is not in the ring (a
+-- list emptied by cancel leaves its key, dropped at its next turn), so a claim
+-- costs the same over 1 or 10,000 keys. The member "f<p>" (score p) of the
+-- priority marker P:{Q}:pending:prio says level p has a ring; P:{Q}:fairlen
+-- counts the tasks on every key's list (readers need not visit 10,000 lists).
+local function head_field(envelope, name)
+  local _, at = string.find(envelope, '^{"jid":"[^"]*"')
+  if not at then
+    return nil
+  end
+  if string.byte(envelope, at + 3) == 113 then -- ',"queue"': no optional head field (most tasks)
+    return nil
+  end
+  for _, f in ipairs({ 'priority', 'ckey', 'batch', 'fair', 'rkey' }) do
+    if f == name then
+      return string.match(envelope, '^,"' .. name .. '":"([^"]*)"', at + 1)
+    end
+    local _, e = string.find(envelope, f == 'priority' and '^,"priority":%-?%d+' or '^,"' .. f .. '":"[^"]*"', at + 1)
+    if e then
+      at = e
+    end
+  end
+  return nil
+end
+local function fair_of(envelope)
+  return head_field(envelope, 'fair')
+end
+local function fair_base(pending)
+  return string.sub(pending, 1, #pending - #'pending') .. 'fair'
+end
+-- Push onto key's list of level p; a key that had no work joins the ring (at
+-- its end, or next with head), the ring and its marker made if need be.
+local function push_fair(pending, p, key, envelope, head)
+  local base = fair_base(pending)
+  local list = base .. ':' .. p .. ':' .. key
+  local n
+  if head then
+    n = redis.call('RPUSH', list, envelope)
+  else
+    n = redis.call('LPUSH', list, envelope)
+  end
+  redis.call('INCR', base .. 'len')
+  if n == 1 then
+    local ring = base .. 'ring:' .. p
+    if redis.call('EXISTS', ring) == 0 then
+      redis.call('LPUSH', ring, '')
+      redis.call('ZADD', pending .. ':prio', p, 'f' .. p)
+    end
+    if head then
+      redis.call('RPUSH', ring, key)
+    else
+      redis.call('LPUSH', ring, key)
+    end
+  end
+end
+-- Call after taking n tasks off list by other means than a claim (cancel).
+local function fair_taken(pending, list, n)
+  local base = fair_base(pending)
+  if n > 0 and string.sub(list, 1, #base + 1) == base .. ':' then
+    redis.call('DECRBY', base .. 'len', n)
+  end
+end
+-- The list a waiting envelope lives on: its priority's, or its fair key's.
+local function home_list(pending, envelope)
+  local fair = fair_of(envelope)
+  if fair then
+    return fair_base(pending) .. ':' .. prio_of(envelope) .. ':' .. fair
+  end
+  return prio_list(pending, prio_of(envelope))
+end
+-- Push one envelope onto its priority's list (or its fair key's): the tail
+-- (LPUSH, claimed last) or, with head true, the head (RPUSH, claimed next).
 local function push_pending(pending, envelope, head)
   local p = prio_of(envelope)
+  local fair = fair_of(envelope)
+  if fair then
+    push_fair(pending, p, fair, envelope, head)
+    return
+  end
   local key = pending
   if p ~= 0 then
     key = pending .. ':' .. p
@@ -36,23 +116,118 @@ local function push_pending(pending, envelope, head)
     redis.call('LPUSH', key, envelope)
   end
 end
--- Every pending list of the queue, highest priority first (the default list
--- in its place among them).
-local function pending_lists(pending)
-  local lists = {}
-  local placed = false
-  for _, m in ipairs(redis.call('ZREVRANGE', pending .. ':prio', 0, -1)) do
-    local p = tonumber(m)
-    if p < 0 and not placed then
-      lists[#lists + 1] = pending
-      placed = true
+-- The levels in use, highest priority first, each { p, list (its plain
+-- list), fair (it has a ring) }; the default level 0 always among them.
+local function prio_levels(pending)
+  local out, byp = {}, {}
+  local function level(p)
+    local l = byp[p]
+    if not l then
+      l = { p = p, list = prio_list(pending, p), fair = false }
+      byp[p] = l
+      out[#out + 1] = l
     end
-    lists[#lists + 1] = pending .. ':' .. m
+    return l
   end
-  if not placed then
-    lists[#lists + 1] = pending
+  for _, m in ipairs(redis.call('ZREVRANGE', pending .. ':prio', 0, -1)) do
+    if string.byte(m, 1) == 102 then -- "f<p>"
+      level(tonumber(string.sub(m, 2))).fair = true
+    else
+      level(tonumber(m))
+    end
+  end
+  level(0)
+  table.sort(out, function(a, b)
+    return a.p > b.p
+  end)
+  return out
+end
+-- The lists of level p's keys in its ring (readers), each once.
+local function fair_lists(pending, p)
+  local base = fair_base(pending)
+  local lists, seen = {}, {}
+  for _, key in ipairs(redis.call('LRANGE', base .. 'ring:' .. p, 0, -1)) do
+    if key ~= '' and not seen[key] then
+      seen[key] = true
+      lists[#lists + 1] = base .. ':' .. p .. ':' .. key
+    end
   end
   return lists
+end
+-- Every pending list of the queue, highest priority first (the default list
+-- in its place among them), a level's fair keys' lists after its plain one.
+local function pending_lists(pending)
+  if redis.call('EXISTS', pending .. ':prio') == 0 then
+    return { pending }
+  end
+  local lists = {}
+  for _, l in ipairs(prio_levels(pending)) do
+    lists[#lists + 1] = l.list
+    if l.fair then
+      for _, key in ipairs(fair_lists(pending, l.p)) do
+        lists[#lists + 1] = key
+      end
+    end
+  end
+  return lists
+end
+-- Claim up to want from level l's ring into items, a turn a key: one task a
+-- turn, or with weights (key -> n, the claiming worker's fair_weights) n turns
+-- in a row (P:{Q}:fairturn:<p> counts them across claims). Returns true when
+-- the ring ended (no key has work: the ring and its marker are gone).
+local function pop_fair(pending, l, want, items, weights)
+  local base = fair_base(pending)
+  local ring = base .. 'ring:' .. l.p
+  local turns = base .. 'turn:' .. l.p
+  local got_n, steps, keyed = 0, 0, 0
+  local function done(ended)
+    if keyed > 0 then
+      redis.call('DECRBY', base .. 'len', keyed)
+    end
+    if ended then
+      redis.call('ZREM', pending .. ':prio', 'f' .. l.p)
+      redis.call('DEL', turns)
+    end
+    return ended
+  end
+  while got_n < want and steps < 2 * want + 64 do
+    steps = steps + 1
+    local key = redis.call('RPOP', ring)
+    if not key then
+      return done(true)
+    end
+    local list = l.list
+    if key ~= '' then
+      list = base .. ':' .. l.p .. ':' .. key
+    end
+    local got = redis.call('RPOP', list)
+    if got then
+      items[#items + 1] = got
+      got_n = got_n + 1
+      if key ~= '' then
+        keyed = keyed + 1
+      end
+    end
+    local w = (weights and key ~= '' and weights[key]) or 1
+    if key == '' then
+      if redis.call('EXISTS', ring) == 0 then -- only the keyless tasks were left: the ring ends
+        return done(true)
+      end
+      redis.call('LPUSH', ring, '')
+    elseif got and redis.call('EXISTS', list) == 1 then
+      if w > 1 and redis.call('HINCRBY', turns, key, 1) < w then
+        redis.call('RPUSH', ring, key) -- its turn goes on
+      else
+        if w > 1 then
+          redis.call('HDEL', turns, key)
+        end
+        redis.call('LPUSH', ring, key)
+      end
+    elseif w > 1 then
+      redis.call('HDEL', turns, key)
+    end
+  end
+  return done(false)
 end
 -- The lists of parked tasks: by a full concurrency key (_slots.lua; the SET
 -- P:{Q}:parkedkeys names them) and by a rate limit without a token (_flow.lua;
@@ -83,34 +258,46 @@ local function pending_len(pending)
   if redis.call('EXISTS', pending .. ':prio', base .. 'parkedkeys', base .. 'rparkedops') == 0 then
     return redis.call('LLEN', pending)
   end
-  local n = 0
-  for _, key in ipairs(waiting_lists(pending)) do
+  local n = tonumber(redis.call('GET', fair_base(pending) .. 'len') or '0')
+  for _, l in ipairs(prio_levels(pending)) do
+    n = n + redis.call('LLEN', l.list)
+  end
+  for _, key in ipairs(parked_lists(pending)) do
     n = n + redis.call('LLEN', key)
   end
   return n
 end
--- Pop up to want envelopes, highest priority first, FIFO within one; a
--- priority list found emptied loses its marker.
-local function pop_pending(pending, want)
+-- Pop up to want envelopes, highest priority first, FIFO within one (within
+-- one fair key at a level with a ring); a priority list found emptied loses
+-- its marker. weights: the claiming worker's fair_weights, or nil.
+local function pop_pending(pending, want, weights)
   if redis.call('EXISTS', pending .. ':prio') == 0 then
     return redis.call('RPOP', pending, want)
   end
   local items = {}
-  for _, key in ipairs(pending_lists(pending)) do
-    local ask = want - #items
-    if ask <= 0 then
+  for _, l in ipairs(prio_levels(pending)) do
+    if #items >= want then
       break
     end
-    local got = redis.call('RPOP', key, ask)
-    local n = 0
-    if got then
-      n = #got
-      for _, envelope in ipairs(got) do
-        items[#items + 1] = envelope
-      end
+    local plain = true
+    if l.fair then
+      plain = pop_fair(pending, l, want - #items, items, weights)
     end
-    if n < ask and key ~= pending then
-      redis.call('ZREM', pending .. ':prio', string.sub(key, #pending + 2))
+    local ask = want - #items
+    if plain and ask > 0 then
+      local got = redis.call('RPOP', l.list, ask)
+      local n = 0
+      if got then
+        n = #got
+        for _, envelope in ipairs(got) do
+          items[#items + 1] = envelope
+        end
+      end
+      if n < ask and l.p ~= 0 then
+        redis.call('ZREM', pending .. ':prio', tostring(l.p))
+      end
+    elseif not plain then
+      break -- the ring stopped at its step bound: the claim goes on at this level next time
     end
   end
   if #items == 0 then

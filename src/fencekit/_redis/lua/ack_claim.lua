@@ -169,7 +169,7 @@ if want > 0 then
     items = redis.call('RPOP', KEYS[1], want - n_restored)
   else
     flow = flow or flow_helpers()
-    items = flow.pop(KEYS[1], want - n_restored)
+    items = flow.pop(KEYS[1], want - n_restored, spec and spec.w)
   end
   if n_restored > 0 then
     for _, envelope in ipairs(items or {}) do
@@ -186,7 +186,7 @@ if want > 0 then
         if redis.call('EXISTS', KEYS[1] .. ':prio') == 0 then
           return redis.call('RPOP', KEYS[1], n)
         end
-        return flow.pop(KEYS[1], n)
+        return flow.pop(KEYS[1], n, spec.w)
       end
       local extra, capped
       items, reply[4], slots, extra, capped = flow.filter(KEYS[1], items, spec, n_restored, want, more)

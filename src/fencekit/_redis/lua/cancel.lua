@@ -87,7 +87,9 @@ if envelope then
   if redis.call('ZREM', KEYS[3], envelope) == 1 then
     return cancelled('scheduled', envelope)
   end
-  if redis.call('LREM', prio_list(KEYS[2], prio_of(envelope)), 1, envelope) == 1 then
+  local home = home_list(KEYS[2], envelope)
+  if redis.call('LREM', home, 1, envelope) == 1 then
+    fair_taken(KEYS[2], home, 1)
     return cancelled('pending', envelope)
   end
   local key = ckey_of(envelope)
@@ -95,6 +97,10 @@ if envelope then
     return cancelled('pending', envelope)
   end
   local op = string.match(envelope, '"operation":"([^"\\]*)"')
+  local rkey = op and head_field(envelope, 'rkey')
+  if rkey then
+    op = op .. '\31' .. rkey
+  end
   if op and redis.call('LREM', queue_base(KEYS[2]) .. 'rparked:' .. op, 1, envelope) == 1 then
     return cancelled('pending', envelope)  -- parked for a token: its op's restore skips an emptied list
   end
@@ -114,7 +120,7 @@ for _, list in ipairs(waiting_lists(KEYS[2])) do
     local items = redis.call('LRANGE', list, start, start + 9999)
     for _, item in ipairs(items) do
       if mine(item) then
-        redis.call('LREM', list, 1, item)
+        fair_taken(KEYS[2], list, redis.call('LREM', list, 1, item))
         return cancelled('pending', item)
       end
     end

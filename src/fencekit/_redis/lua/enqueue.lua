@@ -24,7 +24,7 @@ if delay > 0 then
 else
   local plain = true
   for i = 2, #ARGV do
-    if prio_of(ARGV[i]) ~= 0 then
+    if prio_of(ARGV[i]) ~= 0 or fair_of(ARGV[i]) then
       plain = false
       break
     end

@@ -37,6 +37,12 @@ if n > 0 then
 end
 end
 local base = string.sub(KEYS[1], 1, #KEYS[1] - #'pending')
+for _, l in ipairs(prio_levels(KEYS[1])) do
+  if l.fair then
+    redis.call('DEL', fair_base(KEYS[1]) .. 'ring:' .. l.p, fair_base(KEYS[1]) .. 'turn:' .. l.p)
+  end
+end
+redis.call('DEL', fair_base(KEYS[1]) .. 'len')
 redis.call('DEL', prio_marker(KEYS[1]), base .. 'parkedkeys', base .. 'rparkedops', base .. 'rparkedspec')
 if total > 0 then
   redis.call('HINCRBY', KEYS[2], 'purged', total)

@@ -1,0 +1,196 @@
+"""Fair share between keys and per-key rate limits, on a real Redis (one server, or a cluster
+under ``FENCEKIT_TEST_TOPOLOGY=cluster``): the claim script itself, called as a consumer calls it.
+
+``Task(fair_key=...)``: claims take the keys with work in turn (the queue's tasks without a
+key take their turn as one more key), FIFO within a key, weighted by the claiming worker's
+``fair_weights``, priority first; a key with no work costs nothing. ``Task(rate_key=...)``:
+each key of a rate-limited operation has its own bucket and parks on its own.
+The two-pool scenarios (the small key's 20 before 200 of the big key's; Jain's index under a
+100:1 skew; 5/s per key over 10 keys) are in test_flow_fair_pools.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import redis
+from tests.queue_helpers import qkey, worker
+
+from fencekit import Client, ConfigError, PayloadError, Task
+from fencekit._redis import scripts
+from fencekit._redis.clients import aclose_client, async_client
+from fencekit._redis.keys import KeySpace
+from fencekit._redis.run import arun
+from fencekit.jobs import codec
+from fencekit.jobs.flow import flow_specs
+from fencekit.jobs.worker import inspect_worker
+from fencekit.services.backlog import read_backlog
+
+QK = KeySpace().queue("fair")
+
+
+async def _noop(payload: dict[str, Any]) -> None:
+    return None
+
+
+def spec_of(**attrs: Any) -> str:
+    """The claim spec a consumer of queue "fair" sends for a worker with ``attrs``."""
+    return flow_specs([inspect_worker(worker("fair", "do", _noop, **attrs))], {"fair": QK}).get("fair", "")
+
+
+async def claim(url: str, want: int, flow: str = "", consumer: str = "c1") -> list[dict[str, Any]]:
+    """One claim of up to ``want`` tasks, as a consumer makes it; the claimed tasks' params."""
+    ar = async_client(url)
+    try:
+        reply = await arun(
+            ar,
+            scripts.ack_claim(
+                pending=QK.pending, inflight=QK.inflight(consumer), token_counter=QK.token_counter,
+                stats=QK.stats, wake=QK.wake, want=want, acks=[], flow=flow,
+            ),
+        )  # fmt: skip
+    finally:
+        await aclose_client(ar)
+    envelopes = reply[4:] if flow else reply[3:]
+    return [codec.decode(e).params for e in envelopes]
+
+
+def tasks(key: str | None, n: int, **options: Any) -> list[Task]:
+    return [Task("fair", "do", {"k": key or "-", "n": i}, fair_key=key, **options) for i in range(n)]
+
+
+def keys_of(claimed: list[dict[str, Any]]) -> str:
+    return "".join(p["k"] for p in claimed)
+
+
+async def test_claims_take_the_keys_with_work_in_turn_fifo_within_each(
+    redis_url: str, r: redis.Redis
+) -> None:
+    async with Client(redis_url) as client:
+        await client.enqueue_many(tasks("a", 30))  # the big key first
+        await client.enqueue_many(tasks("b", 3))
+        await client.enqueue_many(tasks(None, 2))  # no key: one more turn in the rotation
+        one_by_one = [p for _ in range(9) for p in await claim(redis_url, 1)]
+        assert keys_of(one_by_one) == "-ab-ababa"  # the keyless, a and b in turn, then a and b
+        batch = await claim(redis_url, 10)
+        assert keys_of(batch) == "a" * 10  # b and the keyless ran dry: a alone is left
+        assert [p["n"] for p in one_by_one + batch if p["k"] == "a"] == list(range(14))  # FIFO within a
+        assert await client.queue("fair").length() == 30 + 3 + 2 - 19
+        await claim(redis_url, 100)
+        assert await client.queue("fair").length() == 0
+    # the ring, its marker and the count are gone with the work: an idle key costs nothing
+    assert not r.exists(qkey("fair", "fairring:0"), qkey("fair", "pending:prio"))
+    assert int(r.get(qkey("fair", "fairlen")) or 0) == 0
+
+
+async def test_a_late_small_key_is_not_starved_by_a_big_one(redis_url: str) -> None:
+    async with Client(redis_url) as client:
+        await client.enqueue_many(tasks("big", 2000))
+        await client.enqueue_many(tasks("small", 20))
+        claimed = []
+        while len([p for p in claimed if p["k"] == "small"]) < 20:
+            claimed += await claim(redis_url, 16)
+        last_small = max(i for i, p in enumerate(claimed) if p["k"] == "small")
+        assert sum(p["k"] == "big" for p in claimed[:last_small]) <= 20  # before: all 2,000 first
+
+
+async def test_fair_weights_give_a_key_that_many_turns_in_a_row(redis_url: str) -> None:
+    flow = spec_of(fair_weights={"gold": 3})
+    async with Client(redis_url) as client:
+        await client.enqueue_many(tasks("gold", 40))
+        await client.enqueue_many(tasks("silver", 40))
+        claimed = []
+        for want in (1, 2, 5, 1, 3, 8):  # the count of turns carries across claims of any size
+            claimed += await claim(redis_url, want, flow)
+        assert "".join(p["k"][0] for p in claimed) == "gggs" * 5
+
+
+async def test_priority_first_then_fairness_within_a_priority(redis_url: str) -> None:
+    async with Client(redis_url) as client:
+        await client.enqueue_many(tasks("a", 4))
+        await client.enqueue_many(tasks("b", 4))
+        await client.enqueue_many(tasks("hi", 2, priority=2))
+        await client.enqueue_many(tasks("lo", 2, priority=-1))
+        claimed = keys_of(await claim(redis_url, 12))
+    assert claimed == "hihi" + "abababab" + "lolo"
+
+
+async def test_fair_tasks_are_counted_listed_cancelled_purged_and_seen_in_the_backlog(
+    redis_url: str, r: redis.Redis
+) -> None:
+    async with Client(redis_url) as client:
+        jids = await client.enqueue_many(tasks("a", 3) + tasks("b", 2) + tasks(None, 1))
+        queue = client.queue("fair")
+        assert await queue.length() == 6
+        assert sorted((t.params["k"], t.params["n"]) for t in await queue.pending()) == [
+            ("-", 0), ("a", 0), ("a", 1), ("a", 2), ("b", 0), ("b", 1)
+        ]  # fmt: skip
+        for t in await queue.pending():
+            assert t.fair_key == (t.params["k"] if t.params["k"] != "-" else None)
+        read = (await read_backlog(client.redis, client.keys, ["fair"]))["fair"]
+        assert (read.pending, read.total, read.fair_keys) == (6, 6, 2)
+        assert sorted(read.fair) == [("a", 3), ("b", 2)]
+        assert await client.cancel(jids[3], queue="fair") is True  # b's first
+        assert await client.cancel(jids[4], queue="fair") is True  # b's list is now empty
+        assert await queue.length() == 4
+        assert keys_of(await claim(redis_url, 3)) == "-aa"  # b's emptied turn is dropped
+        assert await queue.purge() == 1
+        assert await queue.length() == 0
+    left = [k for k in r.scan_iter(match=qkey("fair", "fair*")) if not k.endswith(b":fairlen")]
+    assert left == []
+    assert int(r.get(qkey("fair", "fairlen")) or 0) == 0
+
+
+async def test_a_retried_task_keeps_its_fair_key_and_its_rate_key() -> None:
+    raw = Task("fair", "do", {"n": 1}, fair_key="t-7", rate_key="partner-9", priority=1).envelope()
+    assert raw.startswith(b'{"jid":')
+    assert b'"priority":1,"fair":"t-7","rkey":"partner-9","queue"' in raw
+    envelope = codec.decode(raw)
+    again = codec.decode(envelope.next_attempt(1))
+    assert (again.fair, again.rkey, again.attempt) == ("t-7", "partner-9", 1)
+    assert Task.from_envelope(again).fair_key == "t-7"
+
+
+async def test_each_rate_key_has_its_own_bucket_and_parks_without_holding_the_others(
+    redis_url: str, r: redis.Redis
+) -> None:
+    flow = spec_of(rate_limit="1/s", rate_key=lambda p: p["partner"])
+    async with Client(redis_url) as client:
+        await client.enqueue_many([Task("fair", "do", {"k": p}, rate_key=p) for p in "xxxyy"])
+        await client.enqueue_many([Task("fair", "do", {"k": "-"})])  # no key: the operation's bucket
+        first = await claim(redis_url, 10, flow)
+        assert sorted(keys_of(first)) == ["-", "x", "y"]  # each bucket's burst of 1: nobody waits for x
+        assert r.llen(qkey("fair", "rparked:do\x1fx")) == 2
+        assert r.llen(qkey("fair", "rparked:do\x1fy")) == 1
+        read = (await read_backlog(client.redis, client.keys, ["fair"]))["fair"]
+        parked = sorted((op, key, count) for op, key, count, _ in read.parked_keys)
+        assert parked == [("do", "x", 2), ("do", "y", 1)]
+        assert [(op, count) for op, count, _ in read.parked_ops] == [("do", 3)]
+        assert await client.queue("fair").length() == 3
+
+
+async def test_fair_and_rate_keys_are_checked_at_enqueue_and_on_the_worker() -> None:
+    for bad in ("", "a b", 'q"', "x" * 201, 7):
+        with pytest.raises(PayloadError, match="fair_key must be"):
+            Task("fair", "do", {}, fair_key=bad).envelope()  # type: ignore[arg-type]
+        with pytest.raises(PayloadError, match="rate_key must be"):
+            Task("fair", "do", {}, rate_key=bad).envelope()  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="'fair_key' must be a function"):
+        inspect_worker(worker("fair", "do", _noop, fair_key="tenant"))
+    with pytest.raises(ConfigError, match="'rate_key' needs 'rate_limit'"):
+        inspect_worker(worker("fair", "do", _noop, rate_key=lambda p: p["partner"]))
+    with pytest.raises(ConfigError, match="'fair_weights' must map fair keys"):
+        inspect_worker(worker("fair", "do", _noop, fair_weights={"gold": 0}))
+    with pytest.raises(ConfigError, match="two weights"):
+        flow_specs(
+            [
+                inspect_worker(worker("fair", "do", _noop, fair_weights={"gold": 3})),
+                inspect_worker(worker("fair", "other", _noop, fair_weights={"gold": 2})),
+            ],
+            {"fair": QK},
+        )
+    with pytest.raises(PayloadError, match="field 'fair' must be a fair-share key"):
+        codec.decode(
+            b'{"jid":"j1","fair":"a b","queue":"q","operation":"o","params":{},"attempt":0,"enqueued_at":1}'
+        )
