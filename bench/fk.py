@@ -68,9 +68,14 @@ async def fill(
     task_timeout: float | None = None,
     ops: list[str] | None = None,
     priorities: list[int] | None = None,
+    fair_keys: int = 0,
+    rate_keys: int = 0,
 ) -> float:
     """Enqueue ``n`` tasks with ``enqueue_many`` (round-robin over ``queues`` and over
-    ``ops``, else every task is ``op``; ``priorities`` round-robin too, else 0); returns seconds."""
+    ``ops``, else every task is ``op``; ``priorities`` round-robin too, else 0); returns seconds.
+
+    ``fair_keys`` K > 0 gives task i ``fair_key=f"t{i % K}"`` (K tenants in turn),
+    ``rate_keys`` K > 0 gives it ``rate_key=f"r{i % K}"``; 0: none."""
     queues = queues or [apps.QUEUE]
     ops = ops or [op]
     prios = priorities or [0]
@@ -83,6 +88,8 @@ async def fill(
                 {"i": i},
                 timeout=task_timeout,
                 priority=prios[i % len(prios)],
+                fair_key=f"t{i % fair_keys}" if fair_keys else None,
+                rate_key=f"r{i % rate_keys}" if rate_keys else None,
             )
             for i in range(start, min(n, start + batch))
         ]
@@ -134,6 +141,9 @@ async def drain(
     level: str = "WARNING",
     ops: list[str] | None = None,
     priorities: list[int] | None = None,
+    fair_keys: int = 0,
+    rate_keys: int = 0,
+    redis_time: bool = False,
 ) -> dict[str, Any]:
     """Pre-enqueue ``n`` tasks, start the pool (or a Server), time until the last ack in Redis.
 
@@ -141,7 +151,12 @@ async def drain(
     ``task_timeout`` sets ``Task(timeout=...)`` on every task; ``level`` is the
     pool's (or Server's) log level: at INFO each job logs its start and end lines;
     ``ops`` spreads the tasks round-robin over these operations (``app`` must
-    register them) instead of all being ``op``.
+    register them) instead of all being ``op``; ``fair_keys`` / ``rate_keys`` K give
+    the tasks a ``fair_key`` / ``rate_key`` over K keys in turn (:func:`fill`).
+    ``redis_time`` resets Redis's ``INFO commandstats`` once the tasks are in and reads
+    it after the last ack: ``redis_us_per_job`` (every command's µs, the pool's
+    heartbeats and schedulers included) and ``script_us_per_job`` (``EVALSHA``: the
+    claim script, mostly), each over ``n``.
     """
     r = aredis.from_url(url)
     await r.flushall()
@@ -149,7 +164,17 @@ async def drain(
     if memory:
         store["empty"] = await _redis_memory(r)
     client = quiet_client(url, keep_result)
-    fill_s = await fill(client, n, op, queues, task_timeout=task_timeout, ops=ops, priorities=priorities)
+    fill_s = await fill(
+        client,
+        n,
+        op,
+        queues,
+        task_timeout=task_timeout,
+        ops=ops,
+        priorities=priorities,
+        fair_keys=fair_keys,
+        rate_keys=rate_keys,
+    )
     if memory:
         store["filled"] = await _redis_memory(r)
     if scheduled:
@@ -160,6 +185,8 @@ async def drain(
     fakes = FakeConsumers(r, fake_consumers) if fake_consumers else None
     if fakes:
         await fakes.__aenter__()
+    if redis_time:
+        await r.config_resetstat()
     rss: dict[str, Any] = {}
     launched = time.perf_counter()
     tag = "" if app == "bench.apps:noop" or server else "-" + app.rpartition(":")[2]
@@ -169,6 +196,8 @@ async def drain(
             first, _, _ = await wait_processed(r, keys, min(20_000, n // 20), timeout, proc=proc)
             rss["early"] = _rss_tree(proc.pid)
         first, done, count = await wait_processed(r, keys, n, timeout, proc=proc)
+        if redis_time:
+            stats = await r.info("commandstats")
         if memory:
             rss["after"] = _rss_tree(proc.pid)
             await asyncio.sleep(2.0)
@@ -210,6 +239,9 @@ async def drain(
     if memory:
         result["rss"] = rss
         result["redis"] = store
+    if redis_time:
+        result["redis_us_per_job"] = sum(float(v["usec"]) for v in stats.values()) / n
+        result["script_us_per_job"] = float(stats.get("cmdstat_evalsha", {}).get("usec", 0)) / n
     return result
 
 

@@ -194,3 +194,21 @@ async def test_fair_and_rate_keys_are_checked_at_enqueue_and_on_the_worker() -> 
         codec.decode(
             b'{"jid":"j1","fair":"a b","queue":"q","operation":"o","params":{},"attempt":0,"enqueued_at":1}'
         )
+
+
+async def test_a_task_functions_fair_key_and_rate_key_come_from_its_params(redis_url: str) -> None:
+    from fencekit import App
+
+    app = App()
+
+    @app.task(queue="fair", fair_key=lambda p: p["tenant"], rate_limit="10/s", rate_key=lambda p: p["api"])
+    async def sync_account(tenant: int, api: str) -> None:
+        return None
+
+    task = sync_account.build(7, "crm")
+    assert (task.fair_key, task.rate_key) == ("7", "crm")  # an int key becomes its string
+    assert sync_account.options(fair_key="vip").build(7, "crm").fair_key == "vip"  # per call
+    async with Client(redis_url) as client:
+        await client.enqueue(task)
+        [waiting] = await client.queue("fair").pending()
+    assert (waiting.fair_key, waiting.rate_key) == ("7", "crm")

@@ -2,7 +2,9 @@
 
 Counters and gauges per queue (``fencekit_queue_paused``: 1 while an operator
 has it paused), the scaling signal (``fencekit_queue_backlog`` and
-``fencekit_queue_oldest_age_seconds`` per queue, read by ``backlog.lua`` in the
+``fencekit_queue_oldest_age_seconds`` per queue; the tasks parked per queue and, for a
+token, per operation -- never per key: the labels stay bounded -- and the fair-share
+keys with work, ``fencekit_queue_fair_keys``; all read by ``backlog.lua`` in the
 snapshot's per-queue batch: no round trip of their own, O(1) or O(log n) per
 list; ``fencekit_desired_workers``, the placement's ``desired_workers()``),
 the consumers with a fresh heartbeat, the p50/p95 and depth of
@@ -207,11 +209,15 @@ def _scaling_metrics(backlog: Mapping[str, Backlog], desired: int | None) -> Ite
         "Seconds until a parked rate-limited operation's next token (Redis clock; 0: due now).",
         labels=["queue", "operation"],
     )
+    fair_keys = GaugeMetricFamily(
+        "fencekit_queue_fair_keys", "Fair-share keys (fair_key) with tasks waiting.", labels=["queue"]
+    )
     for queue, read in backlog.items():
         waiting.add_metric([queue], float(read.total))
         age.add_metric([queue], round(read.oldest_age, 3))
         parked.add_metric([queue], float(read.parked))
-        for operation, count, due_ms in read.parked_ops:
+        fair_keys.add_metric([queue], float(read.fair_keys))
+        for operation, count, due_ms in read.parked_ops:  # per operation: its keys together, no key label
             by_operation.add_metric([queue, operation], float(count))
             next_token.add_metric([queue, operation], max(0.0, (due_ms - read.now_ms) / 1000))
     yield waiting
@@ -219,6 +225,7 @@ def _scaling_metrics(backlog: Mapping[str, Backlog], desired: int | None) -> Ite
     yield parked
     yield by_operation
     yield next_token
+    yield fair_keys
     if desired is not None:
         wanted = GaugeMetricFamily(
             "fencekit_desired_workers", "Worker processes this host would run now (autoscaling's decision)."

@@ -23,6 +23,7 @@ from fencekit.jobs.batches import CALLBACK_KINDS, BatchState
 from fencekit.jobs.history import WINDOWS, History
 from fencekit.jobs.records import JobInfo
 from fencekit.web._batch_view import GROUPS, BatchView
+from fencekit.web._flow_view import FlowView
 from fencekit.web._graphs import history_charts, recent_chart
 from fencekit.web.browse import BULK_LIMIT, LISTS, Filter, Page
 from fencekit.web.source import DurationHistogram, Snapshot
@@ -154,9 +155,11 @@ def render_browse(
     actions: Sequence[str],
     notice: str | None,
     paused: bool = False,
+    flow: FlowView | None = None,
 ) -> str:
-    """One page of one list of a queue (:mod:`fencekit.web.browse`), with its filter and pager, and
-    whether the queue is paused (its badge and its Pause / Resume button)."""
+    """One page of one list of a queue (:mod:`fencekit.web.browse`), with its filter and pager,
+    whether the queue is paused (its badge and its Pause / Resume button), and its Flow section
+    (:mod:`fencekit.web._flow_view`: parked tasks and fair-share keys; None: not shown)."""
     query = [("queue", page.queue), ("list", page.list)]
     query += [
         (k, v) for k, v in (("operation", where.operation), ("jid", where.jid), ("text", where.text)) if v
@@ -171,6 +174,7 @@ def render_browse(
         actions=actions,
         notice=notice,
         paused=paused,
+        flow=flow,
         bulk_limit=BULK_LIMIT,
         time_label=_TIME_LABEL[page.list],
         detail_label=_DETAIL_LABEL[page.list],

@@ -1,7 +1,9 @@
 """The handlers of a queue's task lists: the browse page and its bulk actions.
 
 ``GET /admin/queue`` shows one list a page at a time (:mod:`fencekit.web.browse`), under
-the queue's name with its "paused" badge and Pause / Resume button (``POST /admin/pause``);
+the queue's name with its "paused" badge and Pause / Resume button (``POST /admin/pause``)
+and, when tasks are parked or fair-share keys have work, its Flow section
+(:mod:`fencekit.web._flow_view`);
 ``POST /admin/bulk`` applies one action to the tasks the page's filter
 selects -- cancel (pending, scheduled, running), run now (scheduled), retry
 (failed, dead), delete (finished, failed, dead) -- at most :data:`~fencekit.web.browse.BULK_LIMIT` per submit,
@@ -24,6 +26,7 @@ from fencekit._redis import scripts
 from fencekit._redis.run import arun
 from fencekit.errors import StoreError
 from fencekit.web._answers import error, notice, root
+from fencekit.web._flow_view import read_flow
 from fencekit.web._pages import render_browse
 from fencekit.web._security import SECURITY_HEADERS
 from fencekit.web.browse import BULK_ACTIONS, Filter, Row, matching
@@ -63,6 +66,7 @@ class QueuePages:
                 return error(request, 404, "Not found", "no such queue")
             page = await self.source.browse(queue, which, int(params.get("page", "0")), where)
             paused = await self.source.queue(queue).paused()
+            flow = await read_flow(self.source.redis, self.source.keys, queue)
         except ValueError as exc:  # an unknown list, a page past the last one allowed
             return error(request, 400, "Bad request", str(exc))
         except StoreError as exc:
@@ -76,6 +80,7 @@ class QueuePages:
             actions=BULK_ACTIONS.get(which, ()),
             notice=notice(request),
             paused=paused,
+            flow=flow,
         )
         return HTMLResponse(body, headers=SECURITY_HEADERS)
 
