@@ -11,6 +11,7 @@ The two-pool scenarios (the small key's 20 before 200 of the big key's; Jain's i
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,6 +27,7 @@ from fencekit.jobs import codec
 from fencekit.jobs.flow import flow_specs
 from fencekit.jobs.worker import inspect_worker
 from fencekit.services.backlog import read_backlog
+from fencekit.testing import RedisServer
 
 QK = KeySpace().queue("fair")
 
@@ -212,3 +214,50 @@ async def test_a_task_functions_fair_key_and_rate_key_come_from_its_params(redis
         await client.enqueue(task)
         [waiting] = await client.queue("fair").pending()
     assert (waiting.fair_key, waiting.rate_key) == ("7", "crm")
+
+
+async def test_a_reaped_delivery_goes_back_to_the_head_of_its_key_which_keeps_its_turn(
+    redis_url: str, r: redis.Redis
+) -> None:
+    async with Client(redis_url) as client:
+        await client.enqueue_many(tasks("a", 3) + tasks("b", 3))
+        assert keys_of(await claim(redis_url, 3)) == "ab" + "a"  # b's turn is next
+        [(token, envelope)] = [
+            (int(t), e) for t, e in r.hgetall(QK.inflight("c1")).items() if codec.decode(e).params["n"] == 1
+        ]  # a's second task: the reaper finds its consumer dead
+        ar = async_client(redis_url)
+        try:
+            await arun(
+                ar,
+                scripts.requeue(
+                    inflight=QK.inflight("c1"), pending=QK.pending, stats=QK.stats, wake=QK.wake,
+                    fence=KeySpace().job_fence("fair", codec.decode(envelope).jid), token=token,
+                    envelope=envelope, counter="retried", fence_ttl_ms=60_000,
+                ),
+            )  # fmt: skip
+        finally:
+            await aclose_client(ar)
+        again = await claim(redis_url, 3, consumer="c2")
+    assert [(p["k"], p["n"]) for p in again] == [("b", 1), ("a", 1), ("b", 2)]  # a's next, in a's turn
+
+
+async def test_the_keys_lists_and_their_ring_outlive_a_redis_restart_together(
+    tmp_path: Path, server_binary: str
+) -> None:
+    """With persistence (AOF) a Redis killed and restarted keeps each key's list with its place
+    in the ring: a script's writes are one unit in the AOF (and in replication)."""
+    server = RedisServer(
+        tmp_path / "redis", binary=server_binary, appendonly=True, config={"appendfsync": "always"}
+    )
+    server.start()
+    try:
+        async with Client(server.url()) as client:
+            await client.enqueue_many(tasks("a", 3) + tasks("b", 3) + tasks("c", 1))
+            assert keys_of(await claim(server.url(), 2)) == "ab"
+        server.kill()
+        server.start()
+        async with Client(server.url()) as client:
+            assert await client.queue("fair").length() == 5
+            assert keys_of(await claim(server.url(), 5)) == "cabab"
+    finally:
+        server.cleanup()
