@@ -29,3 +29,16 @@ def test_the_flow_control_examples_declare_valid_workers_and_tasks():
     assert spec.max_concurrency == 2
     assert keyed["build_report"].build("t-7", "2026-11").concurrency_key == "t-7"
     assert keyed["by_hand"].concurrency_key == "t-7"
+
+
+def test_the_per_key_rate_limit_example_keys_each_call_by_its_account():
+    """The per-key rate limit example runs as written: each account gets a bucket of "10/s"."""
+    from fencekit.jobs.flow import Rate
+    from fencekit.jobs.worker import inspect_worker
+
+    keyed: dict[str, Any] = {"__name__": "readme_rate_key"}
+    exec(block_with('rate_key=lambda p: p["account"]'), keyed)
+    push = keyed["push_invoice"]
+    assert inspect_worker(push).rate == Rate(10.0, 1)
+    assert push.build("acme", 7).rate_key == "acme"
+    assert push.build("globex", 8).rate_key == "globex"
