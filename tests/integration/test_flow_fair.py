@@ -261,3 +261,36 @@ async def test_the_keys_lists_and_their_ring_outlive_a_redis_restart_together(
             assert keys_of(await claim(server.url(), 5)) == "cabab"
     finally:
         server.cleanup()
+
+
+async def test_fair_keys_with_a_concurrency_key_a_full_key_holds_up_nobody(
+    redis_url: str, r: redis.Redis
+) -> None:
+    flow = spec_of(max_concurrency=1, concurrency_key=lambda p: p["k"])
+    async with Client(redis_url) as client:
+        await client.enqueue_many(
+            [
+                Task("fair", "do", {"k": k, "n": i}, fair_key=k, concurrency_key=k)
+                for k in "ab"
+                for i in range(3)
+            ]
+        )
+        first = await claim(redis_url, 6, flow)
+        assert sorted(keys_of(first)) == ["a", "b"]  # one slot each; the rest parked, nobody waits on them
+        assert r.llen(qkey("fair", "parked:a")) == 2
+        [a_token] = [
+            int(t) for t, e in r.hgetall(QK.inflight("c1")).items() if codec.decode(e).params["k"] == "a"
+        ]
+        ar = async_client(redis_url)
+        try:  # a's run ends: its slot is given back and a's next task returns to a's list, in turn
+            await arun(
+                ar,
+                scripts.ack_claim(
+                    pending=QK.pending, inflight=QK.inflight("c1"), token_counter=QK.token_counter,
+                    stats=QK.stats, wake=QK.wake, want=0, acks=[a_token], flow=flow,
+                ),
+            )  # fmt: skip
+        finally:
+            await aclose_client(ar)
+        assert [(p["k"], p["n"]) for p in await claim(redis_url, 6, flow)] == [("a", 1)]
+        assert await client.queue("fair").length() == 3  # a's last and b's two, parked
