@@ -35,6 +35,8 @@ class TokenRow:
     count: int
     seconds: float
     """Seconds until the next token is due (Redis clock; 0: due now)."""
+    keys: int = 0
+    """On an operation's row, how many of its keys have parked tasks (0: a rate limit without keys)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,11 +66,11 @@ def flow_view(read: Backlog) -> FlowView | None:
     rows: list[TokenRow] = []
     shown = 0
     for operation, count, due_ms in read.parked_ops:
-        rows.append(TokenRow(operation, None, count, seconds(due_ms)))
-        for op, key, n, key_due in read.parked_keys:
-            if op == operation and shown < KEYS_SHOWN:
-                rows.append(TokenRow(op, key, n, seconds(key_due)))
-                shown += 1
+        keyed = [(key, n, key_due) for op, key, n, key_due in read.parked_keys if op == operation]
+        rows.append(TokenRow(operation, None, count, seconds(due_ms), len(keyed)))
+        for key, n, key_due in keyed[: max(0, KEYS_SHOWN - shown)]:
+            rows.append(TokenRow(operation, key, n, seconds(key_due)))
+            shown += 1
     for_token = sum(count for _, count, _ in read.parked_ops)
     return FlowView(
         tokens=tuple(rows),
