@@ -14,9 +14,15 @@ Cluster too (invariant I5 of ``docs/design.md``). The schema, with ``P`` the pre
     one queue Q (tag = the queue name)
     P:{Q}:pending              LIST   envelopes; LPUSH in, RPOP out (FIFO) -- of priority 0
     P:{Q}:pending:<p>          LIST   the same for tasks of priority p != 0 (-5..5, docs/guides/flow.md)
-    P:{Q}:pending:prio         ZSET   p -> p of each priority list that may be non-empty
+    P:{Q}:pending:prio         ZSET   p -> p of each priority list that may be non-empty, and
+                                      "f<p>" -> p of each priority with a fair-share ring
                                       (a marker: claims look past the plain list only when
                                       it exists; built from the pending key in lua/_prio.lua)
+    P:{Q}:fair:<p>:<key>       LIST   the waiting tasks of fair key <key> at priority p
+    P:{Q}:fairring:<p>         LIST   the fair keys of priority p with work, in turn order
+                                      (RPOP the next, LPUSH it back), and "" for the keyless
+    P:{Q}:fairturn:<p>         HASH   key -> turns taken in a row (a key with fair_weights)
+    P:{Q}:fairlen              STRING how many tasks wait on the fair keys' lists (readers)
     P:{Q}:rate:<operation>     HASH   token bucket of a rate-limited worker: t (tokens),
                                       at (Redis TIME, us, of the last refill); expires once
                                       it would be full again (lua/_flow.lua)
@@ -28,7 +34,9 @@ Cluster too (invariant I5 of ``docs/design.md``). The schema, with ``P`` the pre
     P:{Q}:debounce:<key>       HASH   jid, env, first: the debounced task waiting for <key>
                                       (lua/enqueue_debounce.lua)
     P:{Q}:rparked:<operation>  LIST   tasks of a rate-limited operation claimed without a token
-                                      (and those behind them); the claim takes them back first
+                                      (and those behind them); the claim takes them back first.
+                                      A key of a per-key rate limit has its own, named (as its
+                                      bucket P:{Q}:rate:...) <operation>, \\x1f, <key>
     P:{Q}:rparkedops           ZSET   operations with tasks parked for a token, scored by the ms
                                       their next token is due (readers count them as pending)
     P:{Q}:rparkedspec          HASH   operation -> "rate burst" of its parked tasks' bucket
