@@ -21,6 +21,8 @@ from tests.cluster_helpers import KEYS, enqueue, migrating, queues_on_every_mast
 
 from fencekit import Server
 from fencekit._redis.cluster.link import ClusterLink, slot_of
+from fencekit._redis.cluster.maps import read_fullest
+from fencekit._redis.cluster.routing import HASH_SLOTS, SlotMap
 from fencekit._redis.link import open_link
 from fencekit._redis.run import NodeLost
 from fencekit._redis.url import parse_url
@@ -329,3 +331,75 @@ async def test_a_tls_cluster_url_verifies_every_node_on_the_hot_path_and_in_redi
         wrong_ca = make_certificates(tmp_path / "other")  # a CA that signed none of the nodes
         with pytest.raises(StoreError, match="no seed node"):
             await open_link(parse_url(local.url(tls=True).replace(str(certs.ca_cert), str(wrong_ca.ca_cert))))
+
+
+def _with_a_hole(full: SlotMap, slot: int) -> SlotMap:
+    """``full`` without ``slot``: what a node amid a failover may answer to CLUSTER SLOTS."""
+    ranges = []
+    for start, end in ((0, slot - 1), (slot + 1, HASH_SLOTS - 1)):
+        at = start
+        while at <= end:
+            owner, last = full.owner(at), at
+            while last + 1 <= end and full.owner(last + 1) == owner:
+                last += 1
+            ranges.append((at, last, owner))
+            at = last + 1
+    return SlotMap(ranges)
+
+
+async def test_a_map_without_the_slots_owner_is_read_again_by_every_entry_point(
+    cluster: LocalCluster, url: str
+) -> None:
+    """Every way in (call, pipeline on one node and on several, execute, block_then) reads a map
+    that names no owner for the call's slot again and goes on, instead of failing every call on
+    that slot for as long as the link lives (CI: a producer's 685 enqueues in 40 s, all refused)."""
+    names = queues_on_every_master(cluster, per_master=1)
+    link = await open_link(parse_url(url), name="t")
+    assert isinstance(link, ClusterLink)
+    try:
+        qk = KEYS.queue(names[0])
+        slot = slot_of(qk.pending)
+        full = link.slot_map
+        await link.call(enqueue(qk, "warm"))
+        for way in ("call", "pipeline", "pipeline over nodes", "execute", "block_then"):
+            link._map = _with_a_hole(full, slot)
+            if way == "call":
+                await link.call(enqueue(qk, way))
+            elif way == "pipeline":
+                replies = await link.pipeline([enqueue(qk, "p1"), enqueue(qk, "p2")])
+                assert not any(isinstance(r, BaseException) for r in replies), replies
+            elif way == "pipeline over nodes":
+                replies = await link.pipeline([enqueue(KEYS.queue(n), "m") for n in names])
+                assert not any(isinstance(r, BaseException) for r in replies), replies
+            elif way == "execute":
+                assert await link.execute("LLEN", qk.pending) >= 1
+            else:
+                first, _ = await link.block_then(("BLPOP", qk.pending, 1), [], 2)
+                assert first is not None
+            assert link.slot_map.get(slot) is not None, way  # read again: the hole is gone
+    finally:
+        await link.aclose()
+
+
+class _MapConn:
+    def __init__(self, reply: Any) -> None:
+        self.reply = reply
+        self.closed = False
+        self.asked = 0
+
+    async def execute(self, *args: Any) -> Any:
+        self.asked += 1
+        return self.reply
+
+
+async def test_reading_the_map_again_prefers_a_node_that_knows_every_slot() -> None:
+    part = _MapConn([[0, 5460, [b"h", 1]]])
+    full = _MapConn([[0, 5460, [b"h", 1]], [5461, 16383, [b"h", 2]]])
+    later = _MapConn([[0, 16383, [b"h", 3]]])
+    target = parse_url("redis+cluster://h:1")
+    nodes: Any = [(("h", 1), part), (("h", 2), full), (("h", 3), later)]
+    got = await read_fullest(nodes, target)
+    assert (got.served, got.get(6000)) == (HASH_SLOTS, ("h", 2))
+    assert later.asked == 0  # the first full map ends the search
+    got = await read_fullest([(("h", 1), part)], target)  # type: ignore[list-item]
+    assert got.served == 5461  # none full: the fullest

@@ -173,58 +173,74 @@ local function pending_lists(pending)
 end
 -- Claim up to want from level l's ring into items, a turn a key: one task a
 -- turn, or with weights (key -> n, the claiming worker's fair_weights) n turns
--- in a row (P:{Q}:fairturn:<p> counts them across claims). Returns true when
--- the ring ended (no key has work: the ring and its marker are gone).
+-- in a row (P:{Q}:fairturn:<p> counts them across claims). A turn is one LMOVE
+-- of the ring onto itself (the key goes to the end as it is served); a key
+-- whose list ran dry leaves it. Returns true when the ring ended (no key has
+-- work: the ring and its marker are gone, the level's plain list goes on).
 local function pop_fair(pending, l, want, items, weights)
   local base = fair_base(pending)
   local ring = base .. 'ring:' .. l.p
   local turns = base .. 'turn:' .. l.p
-  local got_n, steps, keyed = 0, 0, 0
+  local got_n, steps, keyed, blank, since = 0, 0, 0, 0, 0
+  local plain = redis.call('LLEN', l.list) > 0 -- only this claim pops the keyless tasks meanwhile
   local function done(ended)
     if keyed > 0 then
       redis.call('DECRBY', base .. 'len', keyed)
     end
     if ended then
+      redis.call('DEL', ring, turns)
       redis.call('ZREM', pending .. ':prio', 'f' .. l.p)
-      redis.call('DEL', turns)
     end
     return ended
   end
   while got_n < want and steps < 2 * want + 64 do
     steps = steps + 1
-    local key = redis.call('RPOP', ring)
+    local key = redis.call('LMOVE', ring, ring, 'RIGHT', 'LEFT')
     if not key then
       return done(true)
     end
-    local list = l.list
-    if key ~= '' then
-      list = base .. ':' .. l.p .. ':' .. key
-    end
-    local got = redis.call('RPOP', list)
-    if got then
-      items[#items + 1] = got
-      got_n = got_n + 1
-      if key ~= '' then
+    if key == '' then -- the keyless tasks' turn
+      blank = blank + 1
+      if blank > 1 and since == 0 and redis.call('LLEN', ring) <= 1 then
+        return done(true) -- a whole round found no key with work
+      end
+      since = 0
+      if plain then
+        local got = redis.call('RPOP', l.list)
+        if got then
+          items[#items + 1] = got
+          got_n = got_n + 1
+        else
+          plain = false
+        end
+      end
+    else
+      local list = base .. ':' .. l.p .. ':' .. key
+      local got = redis.call('RPOP', list)
+      local w = (weights and weights[key]) or 1
+      if got then
+        items[#items + 1] = got
+        got_n = got_n + 1
         keyed = keyed + 1
+        since = since + 1
       end
-    end
-    local w = (weights and key ~= '' and weights[key]) or 1
-    if key == '' then
-      if redis.call('EXISTS', ring) == 0 then -- only the keyless tasks were left: the ring ends
-        return done(true)
-      end
-      redis.call('LPUSH', ring, '')
-    elseif got and redis.call('EXISTS', list) == 1 then
-      if w > 1 and redis.call('HINCRBY', turns, key, 1) < w then
-        redis.call('RPUSH', ring, key) -- its turn goes on
+      if got and redis.call('EXISTS', list) == 1 then
+        if w > 1 then
+          if redis.call('HINCRBY', turns, key, 1) < w then
+            redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT') -- its turn goes on
+          else
+            redis.call('HDEL', turns, key)
+          end
+        end
       else
+        redis.call('LPOP', ring) -- no work left: out of the ring (the LMOVE put it there)
         if w > 1 then
           redis.call('HDEL', turns, key)
         end
-        redis.call('LPUSH', ring, key)
+        if redis.call('LLEN', ring) <= 1 then -- "" alone: no key has work
+          return done(true)
+        end
       end
-    elseif w > 1 then
-      redis.call('HDEL', turns, key)
     end
   end
   return done(false)
