@@ -154,9 +154,10 @@ async def drain(
     register them) instead of all being ``op``; ``fair_keys`` / ``rate_keys`` K give
     the tasks a ``fair_key`` / ``rate_key`` over K keys in turn (:func:`fill`).
     ``redis_time`` resets Redis's ``INFO commandstats`` once the tasks are in and reads
-    it after the last ack: ``redis_us_per_job`` (every command's µs, the pool's
-    heartbeats and schedulers included) and ``script_us_per_job`` (``EVALSHA``: the
-    claim script, mostly), each over ``n``.
+    it after the last ack: ``script_us_per_job``, Redis's µs in ``EVALSHA`` (the claim
+    script mostly, the pool's heartbeats and schedulers too) over ``n``, and
+    ``jobs_per_script_call`` (Redis counts the commands a script runs in their own
+    rows as well, so a sum over every row would count them twice).
     """
     r = aredis.from_url(url)
     await r.flushall()
@@ -240,8 +241,9 @@ async def drain(
         result["rss"] = rss
         result["redis"] = store
     if redis_time:
-        result["redis_us_per_job"] = sum(float(v["usec"]) for v in stats.values()) / n
-        result["script_us_per_job"] = float(stats.get("cmdstat_evalsha", {}).get("usec", 0)) / n
+        scripts = stats.get("cmdstat_evalsha", {})
+        result["script_us_per_job"] = float(scripts.get("usec", 0)) / n
+        result["jobs_per_script_call"] = n / max(1, int(scripts.get("calls", 0)))
     return result
 
 
