@@ -7,9 +7,11 @@ import asyncio
 import contextlib
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -152,3 +154,19 @@ def machine_line() -> str:
         f"nproc {os.cpu_count()}, CPU {model}, Python {sys.version.split()[0]}, Redis {redis_v.removeprefix('v=')}, "
         f"load average at start {load[0]:.2f}"
     )
+
+
+def ratio_table(
+    figures: Mapping[str, Sequence[Sequence[float]]], columns: list[str], base: str = "plain"
+) -> None:
+    """Print a Markdown table of each case's medians (rows of ``figures``: one tuple a round, a value
+    a column), each beside its ratio to the ``base`` case's median."""
+    bases = [statistics.median(f[i] for f in figures[base]) for i in range(len(columns))]
+    print("| case | " + " | ".join(f"{c} | x {base}" for c in columns) + " |")
+    print("|---|" + "---|---|" * len(columns))
+    for label, values in figures.items():
+        cells = []
+        for i in range(len(columns)):
+            median = statistics.median(v[i] for v in values)
+            cells.append(f"{median:.2f} | \N{MULTIPLICATION SIGN}{median / bases[i]:.2f}")
+        print(f"| {label} | " + " | ".join(cells) + " |")

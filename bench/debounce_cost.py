@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
 import time
 from collections.abc import Callable
 from typing import Any
 
 import redis
 
+from bench.common import ratio_table
 from bench.fk import quiet_client
 from fencekit import Task
 from fencekit.testing import RedisServer
@@ -95,18 +95,8 @@ def main() -> None:
                     f" Redis {script:5.2f} µs per enqueue",
                     flush=True,
                 )
-    base_wall = statistics.median(f[0] for f in figures["plain"])
-    base_script = statistics.median(f[1] for f in figures["plain"])
     print(f"\nmedians of {args.rounds} rounds, {args.n:,} single enqueues a case:")
-    print("| case | µs per enqueue | x plain | Redis µs per enqueue | x plain |")
-    print("|---|---|---|---|---|")
-    for label, values in figures.items():
-        wall = statistics.median(v[0] for v in values)
-        script = statistics.median(v[1] for v in values)
-        print(
-            f"| {label} | {wall:.1f} | \N{MULTIPLICATION SIGN}{wall / base_wall:.2f} | {script:.2f} |"
-            f" \N{MULTIPLICATION SIGN}{script / base_script:.2f} |"
-        )
+    ratio_table(figures, ["µs per enqueue", "Redis µs per enqueue"])
 
 
 if __name__ == "__main__":

@@ -53,6 +53,13 @@ end
 local function fair_of(envelope)
   return head_field(envelope, 'fair')
 end
+-- LPUSH (the tail: popped last) or, with head, RPUSH (popped next); the new length.
+local function push_end(key, value, head)
+  if head then
+    return redis.call('RPUSH', key, value)
+  end
+  return redis.call('LPUSH', key, value)
+end
 local function fair_base(pending)
   return string.sub(pending, 1, #pending - #'pending') .. 'fair'
 end
@@ -61,12 +68,7 @@ end
 local function push_fair(pending, p, key, envelope, head)
   local base = fair_base(pending)
   local list = base .. ':' .. p .. ':' .. key
-  local n
-  if head then
-    n = redis.call('RPUSH', list, envelope)
-  else
-    n = redis.call('LPUSH', list, envelope)
-  end
+  local n = push_end(list, envelope, head)
   redis.call('INCR', base .. 'len')
   if n == 1 then
     local ring = base .. 'ring:' .. p
@@ -74,11 +76,7 @@ local function push_fair(pending, p, key, envelope, head)
       redis.call('LPUSH', ring, '')
       redis.call('ZADD', pending .. ':prio', p, 'f' .. p)
     end
-    if head then
-      redis.call('RPUSH', ring, key)
-    else
-      redis.call('LPUSH', ring, key)
-    end
+    push_end(ring, key, head)
   end
 end
 -- Call after taking n tasks off list by other means than a claim (cancel).
@@ -110,11 +108,7 @@ local function push_pending(pending, envelope, head)
     key = pending .. ':' .. p
     redis.call('ZADD', pending .. ':prio', p, p)
   end
-  if head then
-    redis.call('RPUSH', key, envelope)
-  else
-    redis.call('LPUSH', key, envelope)
-  end
+  push_end(key, envelope, head)
 end
 -- The levels in use, highest priority first, each { p, list (its plain
 -- list), fair (it has a ring) }; the default level 0 always among them.
