@@ -294,3 +294,25 @@ async def test_fair_keys_with_a_concurrency_key_a_full_key_holds_up_nobody(
             await aclose_client(ar)
         assert [(p["k"], p["n"]) for p in await claim(redis_url, 6, flow)] == [("a", 1)]
         assert await client.queue("fair").length() == 3  # a's last and b's two, parked
+
+
+async def test_cancel_finds_a_recorded_task_on_its_fair_keys_list_and_on_its_rate_keys_parked_list(
+    redis_url: str, r: redis.Redis
+) -> None:
+    """A task with a record is cancelled where its envelope says it waits (cancel.lua looks no
+    further): its fair key's list, or the parked list of its operation and rate key."""
+    flow = spec_of(rate_limit="1/s", rate_key=lambda p: p["k"])
+    async with Client(redis_url) as client:
+        fair = await client.enqueue_many(tasks("a", 2, keep_result=60))
+        rated = [
+            await client.enqueue(Task("fair", "do", {"k": "x", "n": i}, rate_key="x", keep_result=60))
+            for i in range(2)
+        ]
+        assert await client.cancel(fair[1], queue="fair") is True  # on a's list
+        assert int(r.get(qkey("fair", "fairlen")) or 0) == 1
+        claimed = await claim(redis_url, 10, flow)  # a's first; x's first takes the token, x's second parks
+        assert sorted(p["k"] for p in claimed) == ["a", "x"]
+        assert r.llen(qkey("fair", "rparked:do\x1fx")) == 1
+        assert await client.cancel(rated[1], queue="fair") is True  # on x's parked list
+        assert r.llen(qkey("fair", "rparked:do\x1fx")) == 0
+        assert await client.queue("fair").length() == 0
