@@ -37,6 +37,7 @@ from fencekit._redis.keys import KeySpace
 from fencekit._redis.run import arun
 from fencekit.consume import _settle as settle
 from fencekit.consume._settle import Delivery, Retention
+from fencekit.jobs import records
 from fencekit.testing import RedisServer
 
 KEYS = KeySpace()
@@ -579,7 +580,8 @@ def test_the_record_scripts_run_on_redis_cluster(tmp_path: Path, server_binary: 
                 )
                 assert run(client, failed) == 1
                 assert client.llen(qk.failed) == 1
-                fresh = codec.decode(client.hget(qk.job(fail_jid), "env"))._replace(attempt=0).encode()
+                kept = {k.decode(): v for k, v in client.hgetall(qk.job(fail_jid)).items()}
+                fresh = codec.decode(records.record_envelope(kept))._replace(attempt=0).encode()
                 again = scripts.failed_retry(
                     failed=qk.failed,
                     record=qk.job(fail_jid),

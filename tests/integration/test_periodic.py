@@ -28,6 +28,7 @@ from tests.queue_helpers import eventually, new_server, running
 
 from fencekit import Client, SyncClient
 from fencekit._redis.keys import KeySpace
+from fencekit.jobs import records
 from fencekit.jobs.periodic import Schedule
 from fencekit.services._ticker import Ticker
 from fencekit.testing import RedisServer
@@ -271,7 +272,8 @@ async def test_a_periodic_run_carries_its_worker_s_priority_and_concurrency_key(
     r = private_redis.client()
     async with running(new_server(private_redis.url(), keyed)):
         await eventually(lambda: len(keyed.runs) >= 1, timeout=10, what="a run")
-    record = r.hget(f"fencekit:{{cron}}:job:{keyed.runs[0]}", "env")
+    fields = r.hgetall(f"fencekit:{{cron}}:job:{keyed.runs[0]}")
+    record = records.record_envelope({k.decode(): v for k, v in fields.items()})
     assert record is not None
     envelope = json.loads(record)
     assert envelope["priority"] == 3

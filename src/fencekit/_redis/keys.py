@@ -49,10 +49,12 @@ Cluster too (invariant I5 of ``docs/design.md``). The schema, with ``P`` the pre
     P:{Q}:dead:index           ZSET   dead-letter id scored by time (ms)
     P:{Q}:wake                 LIST   at most one marker: "work may be waiting"
     P:{Q}:job:<jid>            HASH   the task's record (only with keep_result > 0, or once it
-                                      failed): env, state, enqueued, due, token, result,
-                                      error, finished, progress, keep, by (the consumer
-                                      that completed it), runs (one line a run that ended
-                                      otherwise: token, end, outcome, consumer)
+                                      failed): env (the envelope's first 64 bytes; env1,
+                                      env2, ... the rest, so Redis keeps a small record a
+                                      listpack: lua/_env.lua), state, enqueued, due, token,
+                                      result, error, finished, progress, keep, by (the
+                                      consumer that completed it), runs (one line a run that
+                                      ended otherwise: token, end, outcome, consumer)
     P:{Q}:unique:<key>         STRING jid of the task holding Task(unique_key=<key>); lives
                                       while that task's record does (or unique_for)
     P:{Q}:finished             LIST   record keys of finished tasks, newest first: the

@@ -20,7 +20,7 @@ from __future__ import annotations
 import enum
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -233,13 +233,28 @@ def _done_run(fields: dict[str, Any], status: JobStatus, token: int | None) -> l
     return [str(token), _text(finished), "done", _text(by)]
 
 
+def record_envelope(fields: Mapping[str, Any]) -> Any:
+    """The envelope a record holds, None if none: its fields ``env``, ``env1``, ... joined.
+
+    Scripts split it at 64 bytes so that Redis keeps the record as a compact
+    listpack (``lua/_env.lua``); a record written before holds it whole in ``env``.
+    """
+    head = fields.get("env")
+    if head is None:
+        return None
+    parts = [head]
+    while (part := fields.get(f"env{len(parts)}")) is not None:
+        parts.append(part)
+    return head if len(parts) == 1 else head[:0].join(parts)
+
+
 def parse(jid: str, queue: str, reply: Sequence[Any], now_ms: float | None = None) -> JobInfo | None:
     """The :class:`JobInfo` of a ``job_info.lua`` reply, None when the task has no record."""
     flat, running_token, running_env = reply
     if not flat:
         return None
     fields = {_text(k): v for k, v in zip(flat[::2], flat[1::2])}
-    raw_env = running_env if running_env else fields.get("env")
+    raw_env = running_env if running_env else record_envelope(fields)
     envelope: codec.Envelope | None = None
     if raw_env:
         try:

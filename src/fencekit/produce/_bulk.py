@@ -30,7 +30,7 @@ from fencekit._redis.keys import QueueKeys, is_jid
 from fencekit._redis.run import as_text
 from fencekit._redis.steps import Batch, Steps, cmd
 from fencekit.errors import PayloadError
-from fencekit.jobs import codec
+from fencekit.jobs import codec, records
 
 __all__ = ["DEFAULT_BATCH", "Progress", "purge_dead", "retry_all_failed", "revive_all"]
 
@@ -92,6 +92,11 @@ def purge_dead(qk: QueueKeys) -> Steps[int]:
     return int((yield from _one(scripts.dead_purge(dead=qk.dead, dead_index=qk.dead_index))))
 
 
+def envelope_of(fields: Any) -> bytes | None:
+    """The envelope of a record read with ``HGETALL`` (its field names as bytes or str)."""
+    return cast("bytes | None", records.record_envelope({as_text(k): v for k, v in (fields or {}).items()}))
+
+
 def fresh_attempt(raw: bytes | None, default_keep_ms: int) -> tuple[bytes, int] | None:
     """A kept failure's envelope made new (attempt 0) and its record's retention in ms, or None.
 
@@ -128,7 +133,7 @@ def retry_all_failed(
     done = handled = 0
     for chunk in _chunks(records, batch):
         handled += len(chunk)
-        raws = yield Batch([cmd("hget", record, "env") for record in chunk])
+        raws = [envelope_of(fields) for fields in (yield Batch([cmd("hgetall", record) for record in chunk]))]
         retries: list[tuple[str, bytes, int]] = []
         for record, raw in zip(chunk, raws):
             fresh = fresh_attempt(raw, default_keep_ms)

@@ -283,7 +283,7 @@ def retry_failed(qk: QueueKeys, jid: str | None, keep_result: float | None) -> S
     if jid is None:
         return (yield from bulk.retry_all_failed(qk, default_keep_ms=default_keep_ms))
     record = qk.job(jid)
-    fresh = bulk.fresh_attempt((yield from _one(cmd("hget", record, "env"))), default_keep_ms)
+    fresh = bulk.fresh_attempt(bulk.envelope_of((yield from _one(cmd("hgetall", record)))), default_keep_ms)
     if fresh is None:
         return 0
     envelope, keep_ms = fresh

@@ -43,6 +43,7 @@
 --!include _wake.lua
 --!include _now_ms.lua
 --!include _record.lua
+--!include _env.lua
 -- The priority and flow helpers are built only when used (a call that needs
 -- neither -- the default path -- creates none of their closures).
 local function flow_helpers()
@@ -95,7 +96,7 @@ end
 if #KEYS > 6 then
   local channel = ARGV[3 + plain]
   local cap = tonumber(ARGV[4 + plain])
-  local now = now_ms()
+  local now = string.format('%d', now_ms())  -- formatted once, not by each HSET
   local by = string.match(KEYS[2], ':inflight:(.+)$') or '-'  -- the consumer: the job page's last run
   local index = {}
   local jids = {}
@@ -109,8 +110,8 @@ if #KEYS > 6 then
         redis.call('HSET', record, 'state', 'done', 'result', ARGV[at + 3], 'finished', now, 'token', token,
           'by', by)
       else
-        redis.call('HSET', record, 'state', 'done', 'result', ARGV[at + 3], 'finished', now, 'token', token,
-          'by', by, 'env', ARGV[at + 5])
+        write_env(record, ARGV[at + 5], { 'state', 'done', 'result', ARGV[at + 3], 'finished', now, 'token', token,
+          'by', by })
       end
       redis.call('PEXPIRE', record, ARGV[at + 4])
       if ARGV[at + 6] ~= '' then

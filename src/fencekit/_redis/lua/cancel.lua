@@ -32,6 +32,7 @@
 --!include _slots.lua
 --!include _note.lua
 --!include _ckpt.lua
+--!include _env.lua
 local jid = ARGV[1]
 local state = redis.call('HGET', KEYS[1], 'state')
 if state and state ~= 'pending' and state ~= 'scheduled' and state ~= 'waiting' then
@@ -82,7 +83,7 @@ for i = 6, #KEYS do
   end
 end
 
-local envelope = redis.call('HGET', KEYS[1], 'env')
+local envelope = record_env(KEYS[1])
 if envelope then
   if redis.call('ZREM', KEYS[3], envelope) == 1 then
     return cancelled('scheduled', envelope)

@@ -13,6 +13,7 @@
 -- Reply: 1 when re-enqueued, 0 when no such dead letter.
 --!include _wake.lua
 --!include _prio.lua
+--!include _env.lua
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 if not raw then
   return 0
@@ -28,7 +29,7 @@ redis.call('HINCRBY', KEYS[4], 'revived', 1)
 wake(KEYS[5])
 if KEYS[6] and redis.call('EXISTS', KEYS[6]) == 1 then
   redis.call('HDEL', KEYS[6], 'error', 'finished', 'token', 'result', 'progress')
-  redis.call('HSET', KEYS[6], 'state', 'pending', 'env', raw)
+  write_env(KEYS[6], raw, { 'state', 'pending' })
   redis.call('PERSIST', KEYS[6])
 end
 return 1

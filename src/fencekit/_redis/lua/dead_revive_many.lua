@@ -15,6 +15,7 @@
 -- Reply: how many letters were re-enqueued.
 --!include _wake.lua
 --!include _prio.lua
+--!include _env.lua
 local n = 0
 for i = 1, #ARGV, 2 do
   local id = ARGV[i]
@@ -27,7 +28,7 @@ for i = 1, #ARGV, 2 do
     local k = tonumber(ARGV[i + 1])
     if k > 0 and redis.call('EXISTS', KEYS[k]) == 1 then
       redis.call('HDEL', KEYS[k], 'error', 'finished', 'token', 'result', 'progress')
-      redis.call('HSET', KEYS[k], 'state', 'pending', 'env', raw)
+      write_env(KEYS[k], raw, { 'state', 'pending' })
       redis.call('PERSIST', KEYS[k])
     end
   end

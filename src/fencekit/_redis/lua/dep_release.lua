@@ -12,12 +12,13 @@
 -- Reply: 1 when released, 0 when it was not waiting (released or cancelled already).
 --!include _wake.lua
 --!include _prio.lua
+--!include _env.lua
 if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then
   return 0
 end
 push_pending(KEYS[2], ARGV[2], false)
 if redis.call('EXISTS', KEYS[4]) == 1 then
-  redis.call('HSET', KEYS[4], 'state', 'pending', 'env', ARGV[2])
+  write_env(KEYS[4], ARGV[2], { 'state', 'pending' })
 end
 wake(KEYS[3])
 return 1

@@ -14,10 +14,11 @@
 --
 -- Reply: 1 when held; 0 when a task of that jid waits already (nothing changed).
 --!include _now_ms.lua
+--!include _env.lua
 if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then
   return 0
 end
 redis.call('DEL', KEYS[3])
-redis.call('HSET', KEYS[3], 'env', ARGV[3], 'state', 'waiting', 'enqueued', now_ms(), 'keep', ARGV[4])
+write_env(KEYS[3], ARGV[3], { 'state', 'waiting', 'enqueued', now_ms(), 'keep', ARGV[4] }, true)
 redis.call('HINCRBY', KEYS[2], 'enqueued', 1)
 return 1

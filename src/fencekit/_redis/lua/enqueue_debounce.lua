@@ -21,6 +21,7 @@
 --
 -- Reply: { created, jid }  created 1 with the new jid, 0 with the waiting task's jid.
 --!include _now_ms.lua
+--!include _env.lua
 local now = now_ms()
 local window, most, keep = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[6])
 local held = redis.call('HMGET', KEYS[4], 'jid', 'env', 'first')
@@ -38,7 +39,7 @@ if held[1] and redis.call('ZSCORE', KEYS[1], held[2]) then
   redis.call('PEXPIRE', KEYS[4], due - now + window)
   local record = ARGV[5] .. jid
   if redis.call('EXISTS', record) == 1 then
-    redis.call('HSET', record, 'env', envelope, 'due', due)
+    write_env(record, envelope, { 'due', due })
   end
   redis.call('HINCRBY', KEYS[2], 'debounced', 1)
   return { 0, jid }
@@ -50,7 +51,7 @@ end
 redis.call('ZADD', KEYS[1], due, ARGV[3])
 if keep > 0 then
   redis.call('DEL', KEYS[3])
-  redis.call('HSET', KEYS[3], 'env', ARGV[3], 'state', 'scheduled', 'enqueued', now, 'due', due, 'keep', keep)
+  write_env(KEYS[3], ARGV[3], { 'state', 'scheduled', 'enqueued', now, 'due', due, 'keep', keep }, true)
 end
 redis.call('DEL', KEYS[4])
 redis.call('HSET', KEYS[4], 'jid', ARGV[4], 'env', ARGV[3], 'first', now)

@@ -16,6 +16,7 @@
 --!include _now_ms.lua
 --!include _wake.lua
 --!include _prio.lua
+--!include _env.lua
 local n = #ARGV - 2
 if n < 1 then
   return 0
@@ -32,11 +33,10 @@ for i = 1, n do
   redis.call('DEL', record)
   if delay > 0 then
     redis.call('ZADD', KEYS[2], now + delay, envelope)
-    redis.call('HSET', record, 'env', envelope, 'state', state, 'enqueued', now, 'due', now + delay,
-      'keep', ARGV[2])
+    write_env(record, envelope, { 'state', state, 'enqueued', now, 'due', now + delay, 'keep', ARGV[2] }, true)
   else
     push_pending(KEYS[1], envelope, false)
-    redis.call('HSET', record, 'env', envelope, 'state', state, 'enqueued', now, 'keep', ARGV[2])
+    write_env(record, envelope, { 'state', state, 'enqueued', now, 'keep', ARGV[2] }, true)
   end
 end
 if delay == 0 then

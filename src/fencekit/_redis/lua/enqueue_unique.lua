@@ -22,6 +22,7 @@
 --!include _now_ms.lua
 --!include _wake.lua
 --!include _prio.lua
+--!include _env.lua
 local holder = redis.call('GET', KEYS[6])
 if holder and redis.call('EXISTS', ARGV[5] .. holder) == 1 then
   redis.call('HINCRBY', KEYS[3], 'deduped', 1)
@@ -37,12 +38,12 @@ local delay = tonumber(ARGV[1])
 redis.call('DEL', KEYS[5])
 if delay > 0 then
   redis.call('ZADD', KEYS[2], now + delay, ARGV[3])
-  redis.call('HSET', KEYS[5], 'env', ARGV[3], 'state', 'scheduled', 'enqueued', now, 'due', now + delay,
-    'keep', ARGV[2], 'unique', KEYS[6])
+  write_env(KEYS[5], ARGV[3], { 'state', 'scheduled', 'enqueued', now, 'due', now + delay,
+    'keep', ARGV[2], 'unique', KEYS[6] }, true)
 else
   push_pending(KEYS[1], ARGV[3], false)
-  redis.call('HSET', KEYS[5], 'env', ARGV[3], 'state', 'pending', 'enqueued', now, 'keep', ARGV[2],
-    'unique', KEYS[6])
+  write_env(KEYS[5], ARGV[3], { 'state', 'pending', 'enqueued', now, 'keep', ARGV[2],
+    'unique', KEYS[6] }, true)
   wake(KEYS[4])
 end
 redis.call('HINCRBY', KEYS[3], 'enqueued', 1)

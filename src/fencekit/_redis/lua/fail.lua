@@ -39,6 +39,7 @@
 --!include _slots.lua
 --!include _note.lua
 --!include _ckpt.lua
+--!include _env.lua
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 if not raw then
   redis.call('HINCRBY', KEYS[2], 'fenced_out', 1)
@@ -71,8 +72,10 @@ if ARGV[2] ~= '' then
     redis.call('SPUBLISH', ARGV[8], ARGV[9])
   end
 elseif KEYS[5] then
-  finish_record(KEYS[5], KEYS[6], { 'state', 'failed', 'env', raw, 'error', ARGV[5],
-    'finished', now, 'token', ARGV[1] }, 0)
+  local fields, chunks = env_fields(raw, { 'state', 'failed', 'error', ARGV[5], 'finished', now,
+    'token', ARGV[1] })
+  finish_record(KEYS[5], KEYS[6], fields, 0)
+  drop_env_tail(KEYS[5], chunks)
   note_run(KEYS[5], ARGV[1], now, 'failed', KEYS[1])
   trim_records(KEYS[6], tonumber(ARGV[6]))
   redis.call('SPUBLISH', ARGV[8], ARGV[9])

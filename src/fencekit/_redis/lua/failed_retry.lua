@@ -14,6 +14,7 @@
 --!include _wake.lua
 --!include _prio.lua
 --!include _now_ms.lua
+--!include _env.lua
 if redis.call('LREM', KEYS[1], 0, KEYS[2]) == 0 then
   return 0
 end
@@ -23,6 +24,6 @@ redis.call('HINCRBY', KEYS[4], 'enqueued', 1)
 redis.call('HINCRBY', KEYS[4], 'revived', 1)
 redis.call('DEL', KEYS[2])
 if ARGV[2] ~= '0' then
-  redis.call('HSET', KEYS[2], 'env', ARGV[1], 'state', 'pending', 'enqueued', now_ms(), 'keep', ARGV[2])
+  write_env(KEYS[2], ARGV[1], { 'state', 'pending', 'enqueued', now_ms(), 'keep', ARGV[2] })
 end
 return 1

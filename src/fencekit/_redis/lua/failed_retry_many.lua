@@ -18,6 +18,7 @@
 --!include _wake.lua
 --!include _prio.lua
 --!include _now_ms.lua
+--!include _env.lua
 local n = 0
 local now = nil
 for i = 5, #KEYS do
@@ -29,7 +30,7 @@ for i = 5, #KEYS do
     redis.call('DEL', record)
     if keep ~= '0' then
       now = now or now_ms()
-      redis.call('HSET', record, 'env', envelope, 'state', 'pending', 'enqueued', now, 'keep', keep)
+      write_env(record, envelope, { 'state', 'pending', 'enqueued', now, 'keep', keep })
     end
     n = n + 1
   end

@@ -20,6 +20,7 @@
 --!include _now_ms.lua
 --!include _wake.lua
 --!include _prio.lua
+--!include _env.lua
 local n = (#ARGV - 1) / 3
 local now = now_ms()
 local created = 0
@@ -35,14 +36,14 @@ for i = 1, n do
     if delay > 0 then
       redis.call('ZADD', KEYS[2], now + delay, envelope)
       if keep > 0 then
-        redis.call('HSET', record, 'env', envelope, 'state', 'scheduled', 'enqueued', now,
-          'due', now + delay, 'keep', keep)
+        write_env(record, envelope, { 'state', 'scheduled', 'enqueued', now, 'due', now + delay, 'keep', keep },
+          true)
       end
     else
       push_pending(KEYS[1], envelope, false)
       woken = true
       if keep > 0 then
-        redis.call('HSET', record, 'env', envelope, 'state', 'pending', 'enqueued', now, 'keep', keep)
+        write_env(record, envelope, { 'state', 'pending', 'enqueued', now, 'keep', keep }, true)
       end
     end
   end

@@ -27,6 +27,7 @@
 --!include _now_ms.lua
 --!include _wake.lua
 --!include _prio.lua
+--!include _env.lua
 local stored = redis.call('GET', KEYS[1])
 local newest = tonumber(stored or '-1')
 local floor = -1
@@ -53,7 +54,7 @@ for i = 1, count do
     local envelope = ARGV[3 + 2 * i]
     redis.call('DEL', record)
     push_pending(KEYS[2], envelope, false)
-    redis.call('HSET', record, 'env', envelope, 'state', 'pending', 'enqueued', now, 'keep', ARGV[2])
+    write_env(record, envelope, { 'state', 'pending', 'enqueued', now, 'keep', ARGV[2] }, true)
     newest = tick
     newest_text = text
     n = n + 1

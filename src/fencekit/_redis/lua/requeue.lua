@@ -27,6 +27,7 @@
 --!include _prio.lua
 --!include _slots.lua
 --!include _ckpt.lua
+--!include _env.lua
 local old = redis.call('HGET', KEYS[1], ARGV[1])
 if not old then
   return redis.error_reply('FENCED delivery ' .. ARGV[1] .. ' is no longer in flight')
@@ -41,7 +42,7 @@ if ARGV[3] ~= '' then
 end
 fence_past(KEYS[5], ARGV[1], ARGV[4])
 if KEYS[6] and redis.call('EXISTS', KEYS[6]) == 1 then
-  redis.call('HSET', KEYS[6], 'state', 'pending', 'env', envelope, 'token', ARGV[1])
+  write_env(KEYS[6], envelope, { 'state', 'pending', 'token', ARGV[1] })
   redis.call('HDEL', KEYS[6], 'due')
   note_run(KEYS[6], ARGV[1], now_ms(), ARGV[5] or (ARGV[3] ~= '' and 'crashed' or 'returned'), KEYS[1])
 end

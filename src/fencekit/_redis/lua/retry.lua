@@ -18,6 +18,7 @@
 --!include _wake.lua
 --!include _slots.lua
 --!include _ckpt.lua
+--!include _env.lua
 local old = redis.call('HGET', KEYS[1], ARGV[1])
 if not old then
   redis.call('HINCRBY', KEYS[3], 'fenced_out', 1)
@@ -31,8 +32,7 @@ redis.call('ZADD', KEYS[2], due, envelope)
 redis.call('HINCRBY', KEYS[3], 'retried', 1)
 release_slot(queue_base(KEYS[1]), envelope, ARGV[1])
 if KEYS[4] and redis.call('EXISTS', KEYS[4]) == 1 then
-  redis.call('HSET', KEYS[4], 'state', 'scheduled', 'env', envelope, 'due', due, 'token', ARGV[1],
-    'error', ARGV[4])
+  write_env(KEYS[4], envelope, { 'state', 'scheduled', 'due', due, 'token', ARGV[1], 'error', ARGV[4] })
   note_run(KEYS[4], ARGV[1], now, 'retried', KEYS[1])
 end
 return 1
