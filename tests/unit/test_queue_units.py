@@ -120,6 +120,25 @@ def test_decoding_a_bad_envelope_raises_payload_error_naming_what_is_wrong(raw: 
         decode(raw)
 
 
+@pytest.mark.parametrize("absent", ["attempt", "enqueued_at"])
+def test_an_optional_field_is_kept_when_a_defaulted_field_is_absent(absent: str) -> None:
+    # Six fields, one of them optional: the count of fields alone would call it a plain envelope.
+    fields = {k: v for k, v in GOOD.items() if k != absent}
+    env = decode(orjson.dumps(fields | {"timeout": 2.5}))
+    assert env.timeout == 2.5
+    env = decode(orjson.dumps(fields | {"keep": 7000}))
+    assert (env.keep, env.timeout, env.expires_at) == (7000, None, None)
+
+
+def test_an_envelope_whose_only_optional_field_is_keep_decodes_it_and_checks_it() -> None:
+    env = decode(orjson.dumps(GOOD | {"keep": 3_600_000}))
+    assert (env.keep, env.timeout, env.expires_at, env.trace) == (3_600_000, None, None, None)
+    assert decode(env.encode()) == env
+    for bad in (0, -5, 1.5, "3600", True):
+        with pytest.raises(PayloadError, match="'keep'"):
+            decode(orjson.dumps(GOOD | {"keep": bad}))
+
+
 # -- Task ---------------------------------------------------------------------------------
 
 

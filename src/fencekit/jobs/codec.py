@@ -303,17 +303,20 @@ def decode(raw: bytes | str) -> Envelope:
     if type(enqueued_at) is not int:
         raise PayloadError("field 'enqueued_at' must be an integer (ms)")
     check_params(params)  # e.g. deeper than we could encode again for a retry
-    if len(data) <= 6:  # the six fields every envelope has: no optional one (the common case)
+    optional = len(data) - 4 - ("attempt" in data) - ("enqueued_at" in data)
+    if not optional:  # the fields every envelope has, no optional one (the common case)
         return PlainEnvelope(jid, queue, operation, params, attempt, enqueued_at)
+    keep = data.get("keep")
+    if keep is not None and (type(keep) is not int or keep <= 0):
+        raise PayloadError("field 'keep' must be a positive integer (ms)")
+    if optional == 1 and keep is not None:  # the default Client's task: only its record's retention
+        return Envelope(jid, queue, operation, params, attempt, enqueued_at, None, None, keep)
     timeout = data.get("timeout")
     expires_at = data.get("expires_at")
     if timeout is not None and not is_timeout(timeout):
         raise PayloadError("field 'timeout' must be a positive, finite number of seconds")
     if expires_at is not None and type(expires_at) is not int:
         raise PayloadError("field 'expires_at' must be an integer (Unix ms)")
-    keep = data.get("keep")
-    if keep is not None and (type(keep) is not int or keep <= 0):
-        raise PayloadError("field 'keep' must be a positive integer (ms)")
     unique = data.get("unique")
     if unique is not None and not is_jid(unique):
         raise PayloadError(f"field 'unique' must be a unique key: {JID_RULE}")
