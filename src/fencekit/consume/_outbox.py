@@ -32,11 +32,14 @@ class Settle:
 
 @dataclass(slots=True)
 class AckClaim:
-    """One queue's ``ack_claim`` in a turn: the deliveries it acknowledges, how many tasks it claims."""
+    """One queue's ``ack_claim`` in a turn: the deliveries it acknowledges, how many tasks it claims.
+
+    ``recorded``: those of ``acks`` whose result lands in their record, in the same order."""
 
     queue: str
     acks: list[int]
     want: int
+    recorded: list[RecordedAck] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -86,9 +89,10 @@ class Outbox:
 
     def __init__(self, queues: Iterable[str], ack_claim: AckClaimCall) -> None:
         self._acks: dict[str, list[int]] = {q: [] for q in queues}
+        # Per queue, the recorded acks among _acks[queue], in the same order: no lookup per ack.
+        self._recorded: dict[str, list[RecordedAck]] = {q: [] for q in self._acks}
         self._settles: list[Settle] = []
         self._jids: dict[tuple[str, int], str | None] = {}
-        self._recorded: dict[tuple[str, int], RecordedAck] = {}
         self._ack_claim = ack_claim
 
     def __bool__(self) -> bool:
@@ -102,7 +106,7 @@ class Outbox:
         """
         self._jids[(queue, token)] = jid
         if recorded is not None:
-            self._recorded[(queue, token)] = recorded
+            self._recorded[queue].append(recorded)
         self._acks[queue].append(token)
 
     def settle(self, queue: str, token: int, call: Call, jid: str | None) -> None:
@@ -120,8 +124,6 @@ class Outbox:
 
     def done(self, queue: str, token: int) -> str | None:
         """Forget the outcome of ``token`` (its reply came back); returns its jid."""
-        if self._recorded:
-            self._recorded.pop((queue, token), None)
         return self._jids.pop((queue, token), None)
 
     def take(self, claim_queue: str | None, want: int) -> Turn:
@@ -140,12 +142,17 @@ class Outbox:
             if not acks and not wanted:
                 continue
             self._acks[queue] = []
-            turn.items.append(AckClaim(queue, acks, wanted))
-            if self._recorded:
-                recorded = [r for t in acks if (r := self._recorded.get((queue, t))) is not None]
-                plain = [t for t in acks if (queue, t) not in self._recorded] if recorded else acks
+            recorded = self._recorded[queue]
+            if not recorded:
+                plain, recorded = acks, []
             else:
-                recorded, plain = [], acks
+                self._recorded[queue] = []
+                if len(recorded) == len(acks):  # every ack keeps a record: the default
+                    plain = []
+                else:
+                    kept = {r.token for r in recorded}
+                    plain = [t for t in acks if t not in kept]
+            turn.items.append(AckClaim(queue, acks, wanted, recorded))
             turn.calls.append(self._ack_claim(queue, wanted, plain, recorded))
         return turn
 
@@ -155,7 +162,7 @@ class Outbox:
             if isinstance(item, Settle):
                 self._settles.append(item)
             else:
-                self._acks[item.queue][:0] = item.acks
+                self.restore_acks(item)
 
     def restore_settle(self, item: Settle) -> None:
         """Put back one settle that did not run (a cluster's slot was moving): it goes with the next turn."""
@@ -164,6 +171,7 @@ class Outbox:
     def restore_acks(self, item: AckClaim) -> None:
         """Put back the acks of one ``ack_claim`` whose script failed."""
         self._acks[item.queue][:0] = item.acks
+        self._recorded[item.queue][:0] = item.recorded
 
     def waiting(self, queue: str) -> set[int]:
         """The deliveries of ``queue`` whose outcome waits for a later turn."""
