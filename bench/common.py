@@ -69,6 +69,15 @@ def children_of(pid: int) -> list[int]:
     return [int(x) for x in text.split()]
 
 
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU seconds of one process so far (0.0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def rss_kib(pid: int) -> int | None:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import statistics
 import time
 from pathlib import Path
 from typing import Any
 
+import orjson
 import redis.asyncio as aredis
 
 from bench import apps
-from bench.common import PY, children_of, percentile, rss_kib, spawn, stop, wait_processed
+from bench.common import PY, children_of, cpu_seconds, percentile, rss_kib, spawn, stop, wait_processed
 from fencekit import Client, Task
 from fencekit._redis.keys import KeySpace
 from fencekit.jobs._registry import ConsumerRecord
@@ -144,6 +146,7 @@ async def drain(
     fair_keys: int = 0,
     rate_keys: int = 0,
     redis_time: bool = False,
+    cpu: bool = False,
 ) -> dict[str, Any]:
     """Pre-enqueue ``n`` tasks, start the pool (or a Server), time until the last ack in Redis.
 
@@ -196,7 +199,11 @@ async def drain(
         if memory:
             first, _, _ = await wait_processed(r, keys, min(20_000, n // 20), timeout, proc=proc)
             rss["early"] = _rss_tree(proc.pid)
+        if cpu:
+            early = await _cpu_reading(r, keys, proc.pid, n, timeout, proc)
         first, done, count = await wait_processed(r, keys, n, timeout, proc=proc)
+        if cpu:
+            late = await _cpu_reading(r, keys, proc.pid, n, timeout, proc)
         if redis_time:
             stats = await r.info("commandstats")
         if memory:
@@ -240,6 +247,11 @@ async def drain(
     if memory:
         result["rss"] = rss
         result["redis"] = store
+    if cpu:
+        jobs = max(1, late["acked"] - early["acked"])
+        result["cpu_us_per_job"] = {
+            side: (late[side] - early[side]) * 1e6 / jobs for side in ("redis", "supervisor", "children")
+        }
     if redis_time:
         scripts = stats.get("cmdstat_evalsha", {})
         result["script_us_per_job"] = float(scripts.get("usec", 0)) / n
@@ -247,10 +259,41 @@ async def drain(
     return result
 
 
-async def _redis_memory(r: Any) -> dict[str, int]:
-    """Keys in database 0 and the server's ``used_memory``: what N finished jobs leave behind."""
+async def _cpu_reading(
+    r: Any, keys: list[str], pid: int, n: int, timeout: float, proc: Any
+) -> dict[str, float]:
+    """CPU seconds of Redis, the supervisor and its children, and the acks so far.
+
+    The first reading (no acks yet past 5 %) waits for 5 % of ``n`` to be acknowledged,
+    so the pool's start-up (imports, forks) stays out of the per-job figures."""
+    _, _, acked = await wait_processed(r, keys, max(1, n // 20), timeout, proc=proc)
+    info = await r.info("cpu")
+    return {
+        "acked": float(acked),
+        "redis": float(info["used_cpu_user"]) + float(info["used_cpu_sys"]),
+        "supervisor": cpu_seconds(pid),
+        "children": sum(cpu_seconds(c) for c in children_of(pid)),
+    }
+
+
+async def _redis_memory(r: Any) -> dict[str, Any]:
+    """Keys in database 0 and the server's ``used_memory``: what N finished jobs leave behind.
+
+    With task records, also ``record_bytes`` (the median ``MEMORY USAGE`` of up to 20 records:
+    the newest finished ones, else those of the tasks at the head of the queue) and
+    ``record_encoding`` (``OBJECT ENCODING`` of the first)."""
     info = await r.info("memory")
-    return {"keys": int(await r.dbsize()), "used_memory": int(info["used_memory"])}
+    out: dict[str, Any] = {"keys": int(await r.dbsize()), "used_memory": int(info["used_memory"])}
+    base = f"fencekit:{{{apps.QUEUE}}}:"
+    names = [k.decode() for k in await r.lrange(base + "finished", 0, 19)]
+    if not names:
+        heads = await r.lrange(base + "pending", -20, -1)
+        names = [base + "job:" + orjson.loads(raw)["jid"] for raw in heads]
+    sizes = [size for name in names if (size := await r.memory_usage(name, samples=0)) is not None]
+    if sizes:
+        out["record_bytes"] = statistics.median(sizes)
+        out["record_encoding"] = (await r.object("encoding", names[0])).decode()
+    return out
 
 
 def _rss_tree(pid: int) -> dict[str, Any]:

@@ -10,9 +10,12 @@ In alternating rounds on one private Redis, a pool (``--procs``, concurrency
 - ``records + result``: the same, each job returning a small dict;
 - ``timeout on every job``: no-op tasks with ``Task(timeout=60)``, no records.
 
-It prints each figure, the medians and their ratio to ``nothing kept``, and
-Redis's memory after each drain (the records left are bounded by
-``keep_finished``).
+It prints each figure, the medians and their ratio to ``nothing kept``, the
+CPU µs per job of Redis and of the pool's children (``fk.drain(cpu=True)``: on
+two cores shared by Redis and the pool their sum decides the rate), Redis's
+memory after each drain (the records left are bounded by ``keep_finished``)
+and one record's ``MEMORY USAGE`` at enqueue and once finished, with its
+encoding (``listpack``: the compact form, ``lua/_env.lua``).
 """
 
 from __future__ import annotations
@@ -38,25 +41,43 @@ CASES: tuple[tuple[str, dict[str, Any]], ...] = (
 async def main(rounds: int, n: int, procs: int) -> None:
     logdir = Path(tempfile.mkdtemp(prefix="fencekit-lifecycle-"))
     rates: dict[str, list[float]] = {name: [] for name, _ in CASES}
+    cpu: dict[str, list[dict[str, float]]] = {name: [] for name, _ in CASES}
     memory: dict[str, Any] = {}
     with RedisServer() as srv:
         url = srv.url()
         for _ in range(rounds):
             for name, kw in CASES:
-                result = await fk.drain(url, logdir, n=n, procs=procs, conc=128, memory=True, **kw)
+                result = await fk.drain(url, logdir, n=n, procs=procs, conc=128, memory=True, cpu=True, **kw)
                 if "error" in result:
                     raise SystemExit(f"{name}: {result['error']}")
                 rates[name].append(result["rate"])
-                memory[name] = result["redis"]["after"]
+                cpu[name].append(result["cpu_us_per_job"])
+                memory[name] = result["redis"]
                 print(f"{name}: {result['rate']:,.0f} jobs/s", flush=True)
     base = statistics.median(rates["nothing kept"])
-    print(f"\npool --procs {procs}, -c 128, N={n:,}, {rounds} rounds (median jobs/s, ÷ nothing kept)")
+    print(
+        f"\npool --procs {procs}, -c 128, N={n:,}, {rounds} rounds (median jobs/s, ÷ nothing kept; "
+        "CPU µs per job of Redis and of the pool's children; a record's MEMORY USAGE at enqueue / finished)"
+    )
+    print(
+        "| case | jobs/s per round | median | ÷ nothing kept | Redis µs/job | children µs/job "
+        "| left in Redis | record bytes |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     for name, _ in CASES:
         median = statistics.median(rates[name])
-        after = memory[name]
+        after, filled = memory[name]["after"], memory[name]["filled"]
+        redis_us = statistics.median(c["redis"] for c in cpu[name])
+        child_us = statistics.median(c["children"] for c in cpu[name])
+        record = (
+            f"{filled['record_bytes']:,.0f} / {after['record_bytes']:,.0f} ({after['record_encoding']})"
+            if "record_bytes" in after
+            else "—"
+        )
         print(
             f"| {name} | {' / '.join(f'{r:,.0f}' for r in rates[name])} | {median:,.0f} | "
-            f"{median / base:.2f} | {after['keys']:,} keys, {after['used_memory'] / 1e6:.1f} MB |"
+            f"{median / base:.2f} | {redis_us:.2f} | {child_us:.2f} | "
+            f"{after['keys']:,} keys, {after['used_memory'] / 1e6:.1f} MB | {record} |"
         )
 
 

@@ -3,6 +3,7 @@
 
     python -m bench.profile_child [--procs 1] [--conc 512] [--n 1000000] [--seconds 5]
                                   [--op noop|fenced|fenced_result|...] [--level WARNING|INFO]
+                                  [--keep-result SECONDS]
 
 Fills the queue, starts ``python -m fencekit.pool --procs P``, records the first
 child with ``py-spy record --format raw`` (collapsed stacks, native frames off),
@@ -62,6 +63,7 @@ async def main() -> None:
     ap.add_argument("--seconds", type=int, default=5)
     ap.add_argument("--op", default="noop")
     ap.add_argument("--level", default="WARNING", help="the pool's log level (INFO: the per-job lines)")
+    ap.add_argument("--keep-result", type=float, default=0.0, help="seconds a record is kept (0: none)")
     args = ap.parse_args()
     pyspy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
     if pyspy is None:
@@ -70,7 +72,7 @@ async def main() -> None:
         url = srv.url()
         r = aredis.from_url(url)
         await r.flushall()
-        await fk.fill(fk.quiet_client(url), args.n, args.op)
+        await fk.fill(fk.quiet_client(url, args.keep_result), args.n, args.op)
         proc = spawn(
             fk.pool_argv(url, args.procs, args.conc, level=args.level),
             ROOT / "bench" / "results" / "profile-pool.log",
