@@ -226,7 +226,7 @@ async def test_a_consumer_with_free_slots_claims_several_tasks_in_one_call(redis
     async def hold(payload: dict[str, Any]) -> None:
         await release.wait()
 
-    server = new_server(redis_url, worker("batch", "hold", hold), concurrency=4)
+    server = new_server(redis_url, worker("batch", "hold", hold), concurrency=8)
     async with Client(redis_url=redis_url) as client, running(server):
         await eventually(lambda: blocked_on_wake(r, server.consumer_id), what="the consumer idle")
         await client.enqueue_many([Task("batch", "hold", {"i": i}) for i in range(4)])
@@ -239,6 +239,39 @@ async def test_a_consumer_with_free_slots_claims_several_tasks_in_one_call(redis
     # One claim issues consecutive tokens (first .. first + n - 1); separate claims
     # would each start at the Redis clock in microseconds.
     assert tokens == list(range(tokens[0], tokens[0] + 4)), tokens
+
+
+def claim_runs(tokens: list[int]) -> list[list[int]]:
+    """Sorted tokens grouped by the claim that issued them (one claim's tokens are consecutive)."""
+    runs = [[tokens[0]]]
+    for token in tokens[1:]:
+        if token == runs[-1][-1] + 1:
+            runs[-1].append(token)
+        else:
+            runs.append([token])
+    return runs
+
+
+async def test_one_claim_takes_at_most_half_the_concurrency(redis_url: str, r: Any) -> None:
+    # The tasks of one claim run while Redis acks and claims for the other half (docs/performance.md,
+    # "Two halves"); every slot still fills, over two claims.
+    release = asyncio.Event()
+
+    async def hold(payload: dict[str, Any]) -> None:
+        await release.wait()
+
+    server = new_server(redis_url, worker("halves", "hold", hold), concurrency=5)
+    async with Client(redis_url=redis_url) as client, running(server):
+        await eventually(lambda: blocked_on_wake(r, server.consumer_id), what="the consumer idle")
+        await client.enqueue_many([Task("halves", "hold", {"i": i}) for i in range(7)])
+        await eventually(lambda: inflight_count(r, "halves") == 5, what="every slot filled")
+        tokens = sorted(inflight(r, "halves"))
+        assert len(pending(r, "halves")) == 2
+        release.set()
+        await eventually(lambda: stats(r, "halves")["processed"] == 7)
+    runs = claim_runs(tokens)
+    assert max(len(run) for run in runs) <= 3, runs  # half of 5, rounded up
+    assert len(runs) >= 2, runs
 
 
 async def test_max_claim_caps_how_many_tasks_one_claim_takes(redis_url: str, r: Any) -> None:
@@ -256,13 +289,7 @@ async def test_max_claim_caps_how_many_tasks_one_claim_takes(redis_url: str, r: 
         release.set()
         await eventually(lambda: stats(r, "capped")["processed"] == 6)
     # Consecutive tokens come from one claim: three claims of two, never one of more.
-    runs = [[tokens[0]]]
-    for token in tokens[1:]:
-        if token == runs[-1][-1] + 1:
-            runs[-1].append(token)
-        else:
-            runs.append([token])
-    assert [len(run) for run in runs] == [2, 2, 2], tokens
+    assert [len(run) for run in claim_runs(tokens)] == [2, 2, 2], tokens
 
 
 # -- clean shutdown -------------------------------------------------------------------------

@@ -83,8 +83,15 @@ class Turns:
         return turn
 
     def _free_slots(self) -> int:
-        """How many tasks one claim may take: free slots, ``max_claim``, what is left of the budget."""
-        free = min(self.concurrency - len(self._running) - self._reserved, self.max_claim)
+        """How many tasks one claim may take: free slots, ``max_claim``, half the concurrency,
+        what is left of the budget.
+
+        Half: the tasks of one claim run while Redis runs the turn that acks the other half's
+        and claims again. A claim of every slot at once made the consumer and Redis take turns,
+        each idle while the other worked (measured: docs/performance.md, "Two halves").
+        """
+        half = (self.concurrency + 1) // 2
+        free = min(self.concurrency - len(self._running) - self._reserved, self.max_claim, half)
         if self.claim_budget is not None:
             free = min(free, self.claim_budget - self.stats.claimed)
         return free
