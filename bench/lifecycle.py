@@ -8,7 +8,11 @@ In alternating rounds on one private Redis, a pool (``--procs``, concurrency
 - ``records kept``: no-op tasks with the default ``keep_result`` (each task's
   record written at enqueue, its final state at the ack);
 - ``records + result``: the same, each job returning a small dict;
-- ``timeout on every job``: no-op tasks with ``Task(timeout=60)``, no records.
+- ``timeout on every job``: no-op tasks with ``Task(timeout=60)``, no records;
+- ``INFO logging``: no-op tasks, no records, the pool at INFO (each job's two lines);
+- ``one fenced write``: one ``set_if_fresh`` per job, no records;
+- ``fenced write + result kept``: the typical job, one fenced write and a small result kept in
+  the task's record (the default ``keep_result``).
 
 It prints each figure, the medians and their ratio to ``nothing kept``, the
 CPU µs per job of Redis and of the pool's children (``fk.drain(cpu=True)``: on
@@ -35,6 +39,9 @@ CASES: tuple[tuple[str, dict[str, Any]], ...] = (
     ("records kept", {"keep_result": 3600.0}),
     ("records + result", {"keep_result": 3600.0, "op": "result"}),
     ("timeout on every job", {"task_timeout": 60.0}),
+    ("INFO logging", {"level": "INFO"}),
+    ("one fenced write", {"op": "fenced"}),
+    ("fenced write + result kept", {"keep_result": 3600.0, "op": "fenced_result"}),
 )
 
 
