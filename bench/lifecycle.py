@@ -19,7 +19,9 @@ CPU µs per job of Redis and of the pool's children (``fk.drain(cpu=True)``: on
 two cores shared by Redis and the pool their sum decides the rate), Redis's
 memory after each drain (the records left are bounded by ``keep_finished``)
 and one record's ``MEMORY USAGE`` at enqueue and once finished, with its
-encoding (``listpack``: the compact form, ``lua/_env.lua``).
+encoding (``listpack``: the compact form, ``lua/_env.lua``); then, against the
+limit, each case's Redis ceiling (``bench.ceiling.replay``) and the fraction of it
+the drain reaches.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench import fk
+from bench import ceiling, fk
 from fencekit.testing import RedisServer
 
 CASES: tuple[tuple[str, dict[str, Any]], ...] = (
@@ -43,6 +45,16 @@ CASES: tuple[tuple[str, dict[str, Any]], ...] = (
     ("one fenced write", {"op": "fenced"}),
     ("fenced write + result kept", {"keep_result": 3600.0, "op": "fenced_result"}),
 )
+# Each case's kind of job for the Redis ceiling (bench.ceiling.replay: the same commands, no network).
+CEILING = {
+    "nothing kept": "nothing kept",
+    "records kept": "record",
+    "records + result": "record + result",
+    "timeout on every job": "nothing kept",
+    "INFO logging": "nothing kept",
+    "one fenced write": "fenced write",
+    "fenced write + result kept": "fenced write + result kept",
+}
 
 
 async def main(rounds: int, n: int, procs: int) -> None:
@@ -61,6 +73,7 @@ async def main(rounds: int, n: int, procs: int) -> None:
                 cpu[name].append(result["cpu_us_per_job"])
                 memory[name] = result["redis"]
                 print(f"{name}: {result['rate']:,.0f} jobs/s", flush=True)
+        limits = ceiling.replay(srv.port, n=min(n, 100_000))
     base = statistics.median(rates["nothing kept"])
     print(
         f"\npool --procs {procs}, -c 128, N={n:,}, {rounds} rounds (median jobs/s, ÷ nothing kept; "
@@ -85,6 +98,19 @@ async def main(rounds: int, n: int, procs: int) -> None:
             f"| {name} | {' / '.join(f'{r:,.0f}' for r in rates[name])} | {median:,.0f} | "
             f"{median / base:.2f} | {redis_us:.2f} | {child_us:.2f} | "
             f"{after['keys']:,} keys, {after['used_memory'] / 1e6:.1f} MB | {record} |"
+        )
+    print(
+        "\nAgainst the limit: each case's Redis ceiling (bench.ceiling.replay: the commands the drain "
+        "sends Redis for that kind of job, batched as the drain batches them, replayed in one script; "
+        "Redis's own µs per job, no network)"
+    )
+    print("| case | median jobs/s | ceiling's Redis µs/job | ceiling jobs/s | drain ÷ ceiling |")
+    print("|---|---|---|---|---|")
+    for name, _ in CASES:
+        median, limit = statistics.median(rates[name]), limits[CEILING[name]]
+        print(
+            f"| {name} | {median:,.0f} | {limit['us_per_job']:.2f} | {limit['jobs_per_s']:,.0f} | "
+            f"{median / limit['jobs_per_s'] * 100:.0f} % |"
         )
 
 

@@ -631,6 +631,36 @@ def render(out: dict[str, Any]) -> str:
                     ]
                 )
             L += table(["pipeline", "commands/s", "job cycles/s", "fencekit best P=2 drain as % of it"], rows)
+    rp = out.get("replay")
+    if rp:
+        L += [
+            "",
+            "### Against the limit (each kind of job's Redis ceiling: the commands the drain sends for it, "
+            "replayed in one script, Redis's own time, no network; bench.ceiling.replay)",
+            "",
+        ]
+        p2 = {
+            "nothing kept": best2,
+            "fenced write": next((r.get("rate") for r in fkr.get("fenced", []) if r.get("procs") == 2), None),
+            "fenced write + result kept": next(
+                (r.get("rate") for r in fkr.get("fenced_result", []) if r.get("procs") == 2), None
+            ),
+        }
+        rows = []
+        for kind, v in rp.items():
+            rate = p2.get(kind)
+            rows.append(
+                [
+                    kind,
+                    f"{v['us_per_job']:.2f}",
+                    f0(v["jobs_per_s"]),
+                    f0(rate) if rate else "—",
+                    f"{rate / v['jobs_per_s'] * 100:.0f} %" if rate else "—",
+                ]
+            )
+        L += table(
+            ["kind of job", "Redis µs/job", "ceiling jobs/s", "fencekit P=2 drain", "% of the ceiling"], rows
+        )
     mi = out.get("micro")
     if mi:
         L += ["", "### Micro (pytest-benchmark, median)", ""]
@@ -852,6 +882,8 @@ async def amain(args: argparse.Namespace) -> dict[str, Any]:
         if "ceiling" in sections:
             log("ceiling: redis-benchmark")
             out["ceiling"] = ceiling.run(srv.port, n=200_000 if not args.quick else 100_000)
+            log("ceiling: each kind of job's commands replayed in a script")
+            out["replay"] = ceiling.replay(srv.port, n=100_000 if not args.quick else 20_000)
         if "fk" in sections:
             await run_fk(url, logdir, s, out)
         if "scale" in sections:
