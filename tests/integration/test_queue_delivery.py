@@ -220,22 +220,33 @@ async def test_several_queues_are_served_round_robin(redis_url: str, r: Any) -> 
     assert first.count("b") >= 2, order
 
 
-async def test_a_consumer_with_free_slots_claims_several_tasks_in_one_call(redis_url: str, r: Any) -> None:
+async def held_claims(
+    redis_url: str, r: Any, queue: str, concurrency: int, tasks: int
+) -> tuple[list[int], int]:
+    """Enqueue ``tasks`` held tasks to an idle consumer; once its slots are full, the sorted
+    tokens in flight and how many tasks still wait; then release them all and wait for the acks."""
     release = asyncio.Event()
 
     async def hold(payload: dict[str, Any]) -> None:
         await release.wait()
 
-    server = new_server(redis_url, worker("batch", "hold", hold), concurrency=8)
+    server = new_server(redis_url, worker(queue, "hold", hold), concurrency=concurrency)
+    busy = min(tasks, concurrency)
     async with Client(redis_url=redis_url) as client, running(server):
         await eventually(lambda: blocked_on_wake(r, server.consumer_id), what="the consumer idle")
-        await client.enqueue_many([Task("batch", "hold", {"i": i}) for i in range(4)])
-        await eventually(lambda: inflight_count(r, "batch") == 4)
-        tokens = sorted(inflight(r, "batch"))
+        await client.enqueue_many([Task(queue, "hold", {"i": i}) for i in range(tasks)])
+        await eventually(lambda: inflight_count(r, queue) == busy, what="every slot filled")
+        tokens = sorted(inflight(r, queue))
+        waiting = len(pending(r, queue))
         assert server.consumer is not None
-        await eventually(lambda: server.consumer.stats.claimed == 4)  # type: ignore[union-attr]
+        await eventually(lambda: server.consumer.stats.claimed == busy)  # type: ignore[union-attr]
         release.set()
-        await eventually(lambda: stats(r, "batch")["processed"] == 4)
+        await eventually(lambda: stats(r, queue)["processed"] == tasks)
+    return tokens, waiting
+
+
+async def test_a_consumer_with_free_slots_claims_several_tasks_in_one_call(redis_url: str, r: Any) -> None:
+    tokens, _ = await held_claims(redis_url, r, "batch", concurrency=8, tasks=4)
     # One claim issues consecutive tokens (first .. first + n - 1); separate claims
     # would each start at the Redis clock in microseconds.
     assert tokens == list(range(tokens[0], tokens[0] + 4)), tokens
@@ -255,20 +266,8 @@ def claim_runs(tokens: list[int]) -> list[list[int]]:
 async def test_one_claim_takes_at_most_half_the_concurrency(redis_url: str, r: Any) -> None:
     # The tasks of one claim run while Redis acks and claims for the other half (docs/performance.md,
     # "Two halves"); every slot still fills, over two claims.
-    release = asyncio.Event()
-
-    async def hold(payload: dict[str, Any]) -> None:
-        await release.wait()
-
-    server = new_server(redis_url, worker("halves", "hold", hold), concurrency=5)
-    async with Client(redis_url=redis_url) as client, running(server):
-        await eventually(lambda: blocked_on_wake(r, server.consumer_id), what="the consumer idle")
-        await client.enqueue_many([Task("halves", "hold", {"i": i}) for i in range(7)])
-        await eventually(lambda: inflight_count(r, "halves") == 5, what="every slot filled")
-        tokens = sorted(inflight(r, "halves"))
-        assert len(pending(r, "halves")) == 2
-        release.set()
-        await eventually(lambda: stats(r, "halves")["processed"] == 7)
+    tokens, waiting = await held_claims(redis_url, r, "halves", concurrency=5, tasks=7)
+    assert waiting == 2
     runs = claim_runs(tokens)
     assert max(len(run) for run in runs) <= 3, runs  # half of 5, rounded up
     assert len(runs) >= 2, runs
