@@ -21,7 +21,11 @@ KEYS = KeySpace()
 
 def _outbox(queues: Sequence[str] = ("a", "b")) -> Outbox:
     def ack_claim(
-        queue: str, want: int, acks: Sequence[int], recorded: Sequence[scripts.RecordedAck]
+        queue: str,
+        want: int,
+        acks: Sequence[int],
+        recorded: Sequence[scripts.RecordedAck],
+        writes: Sequence[scripts.StagedWrite] = (),
     ) -> scripts.Call:
         qk = KEYS.queue(queue)
         return scripts.ack_claim(
@@ -36,6 +40,7 @@ def _outbox(queues: Sequence[str] = ("a", "b")) -> Outbox:
             finished=qk.finished,
             channel=qk.done_channel,
             keep_finished=10,
+            writes=writes,
         )
 
     return Outbox(queues, ack_claim)
@@ -77,6 +82,29 @@ def test_a_failed_turn_is_restored_acks_first_and_goes_out_again() -> None:
     assert isinstance(item, AckClaim)
     assert item.acks == [1, 2]
     assert not again.claims
+
+
+def test_staged_writes_ride_their_queues_ack_claim_and_are_restored_with_its_acks() -> None:
+    box = _outbox()
+    w1 = scripts.StagedWrite(1, "fencekit:fence:{a}:job:j1", "{a}:out", "v1")
+    w2 = scripts.StagedWrite(2, "fencekit:fence:{a}:job:j2", "{a}:out", 7)
+    box.ack("a", 1, "j1", None, [w1])
+    box.ack("b", 9, "j9")
+    first = box.take(None, 0)
+    item, other = first.items
+    assert isinstance(item, AckClaim)
+    assert isinstance(other, AckClaim)
+    assert (item.acks, item.writes, other.writes) == ([1], [w1], [])
+    call = first.calls[0]
+    assert call.args[1] == "1 1"  # one plain ack, one write: the write's token and value come last
+    assert call.args[-2:] == (1, "v1")
+    assert call.keys[-2:] == (w1.fence, w1.target)
+    assert first.calls[1].args == (0, 1, 9)  # a queue without writes: the call as before
+    box.ack("a", 2, "j2", None, [w2])
+    box.restore(first)
+    (again, _) = box.take(None, 0).items
+    assert isinstance(again, AckClaim)
+    assert (again.acks, again.writes) == ([1, 2], [w1, w2])
 
 
 def test_an_idle_turn_carries_nothing() -> None:

@@ -13,10 +13,11 @@ No I/O here, so the rules are unit-tested without Redis.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from fencekit._redis.scripts import Call, RecordedAck
+from fencekit._redis.scripts import Call, RecordedAck, StagedWrite
 
 __all__ = ["AckClaim", "Outbox", "Settle", "Turn"]
 
@@ -34,12 +35,14 @@ class Settle:
 class AckClaim:
     """One queue's ``ack_claim`` in a turn: the deliveries it acknowledges, how many tasks it claims.
 
-    ``recorded``: those of ``acks`` whose result lands in their record, in the same order."""
+    ``recorded``: those of ``acks`` whose result lands in their record, in the same order;
+    ``writes``: the fenced writes staged by those jobs, which land with their acks."""
 
     queue: str
     acks: list[int]
     want: int
     recorded: list[RecordedAck] = field(default_factory=list)
+    writes: list[StagedWrite] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -73,7 +76,18 @@ class Turn:
         return out
 
 
-AckClaimCall = Callable[[str, int, Sequence[int], Sequence[RecordedAck]], Call]
+class AckClaimCall(Protocol):
+    """Builds one queue's ``ack_claim`` call: queue, want, plain acks, recorded acks, staged writes."""
+
+    def __call__(
+        self,
+        queue: str,
+        want: int,
+        acks: Sequence[int],
+        recorded: Sequence[RecordedAck],
+        writes: Sequence[StagedWrite] = (),
+        /,
+    ) -> Call: ...
 
 
 class Outbox:
@@ -85,12 +99,13 @@ class Outbox:
     what goes into a turn, not how a call is spelled.
     """
 
-    __slots__ = ("_ack_claim", "_acks", "_jids", "_recorded", "_settles")
+    __slots__ = ("_ack_claim", "_acks", "_jids", "_recorded", "_settles", "_writes")
 
     def __init__(self, queues: Iterable[str], ack_claim: AckClaimCall) -> None:
         self._acks: dict[str, list[int]] = {q: [] for q in queues}
         # Per queue, the recorded acks among _acks[queue], in the same order: no lookup per ack.
         self._recorded: dict[str, list[RecordedAck]] = {q: [] for q in self._acks}
+        self._writes: dict[str, list[StagedWrite]] = {q: [] for q in self._acks}
         self._settles: list[Settle] = []
         self._jids: dict[tuple[str, int], str | None] = {}
         self._ack_claim = ack_claim
@@ -99,14 +114,24 @@ class Outbox:
         """True while any outcome waits to be sent."""
         return bool(self._settles) or any(self._acks.values())
 
-    def ack(self, queue: str, token: int, jid: str | None, recorded: RecordedAck | None = None) -> None:
+    def ack(
+        self,
+        queue: str,
+        token: int,
+        jid: str | None,
+        recorded: RecordedAck | None = None,
+        writes: list[StagedWrite] | None = None,
+    ) -> None:
         """Delivery ``token`` of ``queue`` succeeded: acknowledge it in the queue's next ack_claim.
 
-        ``recorded``: its result lands in the task's record with the ack.
+        ``recorded``: its result lands in the task's record with the ack; ``writes``: its
+        staged fenced writes land with it.
         """
         self._jids[(queue, token)] = jid
         if recorded is not None:
             self._recorded[queue].append(recorded)
+        if writes:
+            self._writes[queue] += writes
         self._acks[queue].append(token)
 
     def settle(self, queue: str, token: int, call: Call, jid: str | None) -> None:
@@ -152,8 +177,14 @@ class Outbox:
                 else:
                     kept = {r.token for r in recorded}
                     plain = [t for t in acks if t not in kept]
-            turn.items.append(AckClaim(queue, acks, wanted, recorded))
-            turn.calls.append(self._ack_claim(queue, wanted, plain, recorded))
+            writes = self._writes[queue]
+            if not writes:
+                turn.items.append(AckClaim(queue, acks, wanted, recorded))
+                turn.calls.append(self._ack_claim(queue, wanted, plain, recorded))
+                continue
+            self._writes[queue] = []
+            turn.items.append(AckClaim(queue, acks, wanted, recorded, writes))
+            turn.calls.append(self._ack_claim(queue, wanted, plain, recorded, writes))
         return turn
 
     def restore(self, turn: Turn) -> None:
@@ -172,6 +203,7 @@ class Outbox:
         """Put back the acks of one ``ack_claim`` whose script failed."""
         self._acks[item.queue][:0] = item.acks
         self._recorded[item.queue][:0] = item.recorded
+        self._writes[item.queue][:0] = item.writes
 
     def waiting(self, queue: str) -> set[int]:
         """The deliveries of ``queue`` whose outcome waits for a later turn."""

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from fencekit._log import JobLines
 from fencekit._redis.keys import KeySpace
-from fencekit._redis.scripts import RecordedAck
+from fencekit._redis.scripts import RecordedAck, StagedWrite
 from fencekit.consume import _settle as settle
 from fencekit.consume._observe import Observer
 from fencekit.consume._outbox import Outbox
@@ -63,9 +63,11 @@ class Outcomes:
         result: object,
         keep_ms: int,
         checkpointed: bool = False,
+        writes: list[StagedWrite] | None = None,
     ) -> None:
         """An ack whose result lands in the task's record (created now if the producer kept none);
-        a task that ``checkpointed`` keeps its state as long as the record."""
+        a task that ``checkpointed`` keeps its state as long as the record; its staged ``writes``
+        land with the ack (a result that cannot be encoded fails the task: they are dropped)."""
         try:
             value = records.encode_result(result, self.max_payload)
         except PayloadError as exc:
@@ -93,7 +95,7 @@ class Outcomes:
             self.keys.queue(queue).unique(envelope.unique) if envelope.unique else "",
             ("!" if checkpointed else "") + (envelope.batch or ""),
         )
-        self.outbox.ack(queue, token, envelope.jid, ack)
+        self.outbox.ack(queue, token, envelope.jid, ack, writes)
 
     def _interrupted(self, queue: str, token: int, envelope: codec.Envelope) -> None:
         """A stop interrupted it at a checkpoint: back to the head of its queue with the same

@@ -269,16 +269,18 @@ class Performer(Outcomes):
         if self.observer is not None:
             self.observer.decided(queue, token, "succeeded")
         if plain and not job._checkpointed:
-            self.outbox.ack(queue, token, envelope.jid)
+            self.outbox.ack(queue, token, envelope.jid, None, job._staged)
         else:
             if job._interrupted:
                 self._swallowed(envelope.jid)
             keep = spec.keep_ms if spec.keep_ms is not None else envelope.keep
             checkpointed = job.checkpointed or envelope.ckpt
             if keep or envelope.keep or checkpointed:  # a state goes with the record (lua/_ckpt.lua)
-                self._ack_recorded(queue, token, raw, envelope, spec, result, keep or 1, checkpointed)
+                self._ack_recorded(
+                    queue, token, raw, envelope, spec, result, keep or 1, checkpointed, job._staged
+                )
             else:
-                self.outbox.ack(queue, token, envelope.jid)
+                self.outbox.ack(queue, token, envelope.jid, None, job._staged)
         self.wake()
 
     async def _watch_deadlines(self) -> None:

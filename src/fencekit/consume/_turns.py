@@ -113,7 +113,13 @@ class Turns:
             turn.calls.append(scripts.has_work([self._qkeys[q].pending for q in queues]))
 
     def _ack_claim_call(
-        self, queue: str, want: int, acks: Sequence[int], recorded: Sequence[scripts.RecordedAck]
+        self,
+        queue: str,
+        want: int,
+        acks: Sequence[int],
+        recorded: Sequence[scripts.RecordedAck],
+        writes: Sequence[scripts.StagedWrite] = (),
+        /,
     ) -> scripts.Call:
         qk = self._qkeys[queue]
         return scripts.ack_claim(
@@ -129,6 +135,7 @@ class Turns:
             channel=qk.done_channel,
             keep_finished=self.retention.keep_finished,
             flow=self._flow.get(queue, ""),
+            writes=writes,
         )
 
     def _pick_queue(self) -> str | None:

@@ -79,7 +79,13 @@ class WakeClaims:
         def _free_slots(self) -> int: ...
 
         def _ack_claim_call(
-            self, queue: str, want: int, acks: Sequence[int], recorded: Sequence[scripts.RecordedAck]
+            self,
+            queue: str,
+            want: int,
+            acks: Sequence[int],
+            recorded: Sequence[scripts.RecordedAck],
+            writes: Sequence[scripts.StagedWrite] = (),
+            /,
         ) -> scripts.Call: ...
 
         def _absorb_ack_claim(self, item: AckClaim, reply: Any) -> None: ...

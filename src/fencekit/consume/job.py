@@ -1,20 +1,14 @@
 """The running job: ``current_job()`` inside ``perform`` returns its delivery.
 
-A delivery is one claim of a task: its ``jid``, ``queue``, ``operation``,
-``attempt`` and the fencing ``token`` that claim was issued. The token's
-resource names the task (``{queue}:job:<jid>``), and a newer delivery always
-holds a larger token. ``await current_job().set_if_fresh(key, value)`` is a
-Redis ``SET`` that lands only while this delivery is still the task's
-current one -- still in its consumer's in-flight hash and not older than the
-job's fence (raised when a delivery is reaped or returned): once the task
-was reaped, returned or finished, the write raises
-:class:`~fencekit.errors.FencedOutError` and changes nothing
-(``job_set.lua``). It writes no key of its own, so a fenced job leaves
-nothing behind in Redis.
-
-In a sync task (a plain ``def``, run in a thread: :mod:`fencekit.consume._threads`)
-``set_if_fresh_sync`` and ``progress_sync`` are the blocking forms: they run
-the same coroutine on the job's event loop and wait for it.
+A delivery is one claim of a task (``jid``, ``queue``, ``operation``, ``attempt``) with the fencing
+``token`` it was issued, of resource ``{queue}:job:<jid>``; a newer delivery holds a larger one.
+``await job.set_if_fresh(key, value)`` SETs ``key`` only while this delivery is the task's current
+one -- in its consumer's in-flight hash, not older than the job's fence (raised as a delivery is
+reaped or returned) -- else raises :class:`~fencekit.errors.FencedOutError` and changes nothing
+(``job_set.lua``; no key of its own is left behind); ``job.set_on_ack(key, value)`` stages the
+same write to land with the ack (``ack_claim.lua``). A sync task (a plain ``def``, run in a thread:
+:mod:`fencekit.consume._threads`) uses the ``*_sync`` forms: they run the same coroutine on the
+job's event loop and wait for it.
 """
 
 from __future__ import annotations
@@ -36,7 +30,7 @@ from fencekit.consume._iterate import walk, walk_sync
 from fencekit.errors import CrossSlotWrite, FencedOutError, Interrupted, NoCurrentJob, PayloadError
 from fencekit.jobs.codec import check_params
 from fencekit.jobs.records import encode_progress
-from fencekit.primitives.fence import FenceRules
+from fencekit.primitives.fence import FenceRules, FenceValue
 from fencekit.primitives.tokens import FenceToken
 from fencekit.produce._batching import Coalescer
 
@@ -55,6 +49,7 @@ STATE_TTL_MS = 30 * 86_400_000
 (it is dropped or given its record's retention as the task ends: lua/_ckpt.lua)."""
 
 Write = tuple[str, str, str, int, "str | bytes | int | float"]  # inflight, fence, target, token, value
+MAX_STAGED = 1000  # how many set_on_ack writes one delivery may stage (they ride one script call)
 
 
 def fenced_writes(run: Callable[[Call], Awaitable[Any]]) -> Coalescer[Write, None]:
@@ -115,6 +110,7 @@ class Job:
         "_parents",
         "_refused",
         "_site",
+        "_staged",
         "_state",
         "_token",
     )
@@ -146,6 +142,7 @@ class Job:
         self._checkpointed = False
         self._interrupted = False
         self._pace = pace
+        self._staged: list[scripts.StagedWrite] | None = None  # set_on_ack's writes
 
     @property
     def jid(self) -> str:
@@ -304,27 +301,45 @@ class Job:
     async def set_if_fresh(self, key: str, value: str | bytes | int | float) -> None:
         """``SET key value`` while this delivery is the task's current one (one atomic script).
 
-        It goes over the consumer's hot-path connection (writes of several jobs
-        made while one is in flight share one script call), and raises
-        :class:`~fencekit.errors.FencedOutError` once the delivery was reaped,
-        returned, finished or timed out, or a newer one exists. On a Redis
-        Cluster ``key`` must share the queue's hash tag (``{<queue>}:...``):
-        another is :class:`~fencekit.errors.CrossSlotWrite` at once, and the
-        task fails without retries.
-        """
+        It goes over the consumer's hot-path connection (writes of several jobs made while one is
+        in flight share one script call), and raises :class:`~fencekit.errors.FencedOutError` once
+        the delivery was reaped, returned, finished or timed out, or a newer one exists. On a Redis
+        Cluster ``key`` must share the queue's hash tag (``{<queue>}:...``): another is
+        :class:`~fencekit.errors.CrossSlotWrite` at once, and the task fails without retries."""
+        token, fence, target, value = self._write(key, value)
+        try:
+            await self._site.writes.submit((self._site.inflight, fence, target, token.value, value))
+        except FencedOutError:
+            self.fence_locally("was fenced out by Redis (reaped, returned or superseded)")
+            raise
+
+    def set_on_ack(self, key: str, value: str | bytes | int | float) -> None:
+        """Stage ``SET key value`` to land with this delivery's ack, in the same script.
+
+        Nothing is sent now: the write lands only if the job returns and its ack is accepted (the
+        delivery still current: in flight, not older than the job's fence), atomically with it; a
+        run that raises, times out, is cancelled, reaped or returned writes nothing, and a crash
+        before the ack leaves nothing half-written. :meth:`set_if_fresh`'s checks (a stale
+        delivery, a key off the queue's hash tag) raise at once. No round trip of its own: for
+        output the job need not read back. At most :data:`MAX_STAGED` per delivery."""
+        token, fence, target, value = self._write(key, value)
+        if self._staged is None:
+            self._staged = []
+        elif len(self._staged) >= MAX_STAGED:
+            raise ValueError(f"at most {MAX_STAGED} writes ride one ack; await set_if_fresh() for more")
+        self._staged.append(scripts.StagedWrite(token.value, fence, target, value))
+
+    def _write(self, key: str, value: object) -> tuple[FenceToken, str, str, FenceValue]:
+        # a fenced write's token, fence key, target and value, checked before Redis sees it
         self._check_current()
         site = self._site
-        token, fence, target, value = site.rules.write(self.token, key, value)
+        token, fence, target, checked = site.rules.write(self.token, key, value)
         if site.slot is not None and slot_of(target) != site.slot:
             raise CrossSlotWrite(
                 f"key {target!r} is outside queue {site.queue!r}'s hash tag: on a Redis Cluster a job's "
                 f"fenced write must share it, e.g. '{{{site.queue}}}:{target}' (not sent; not retried)"
             )
-        try:
-            await site.writes.submit((site.inflight, fence, target, token.value, value))
-        except FencedOutError:
-            self.fence_locally("was fenced out by Redis (reaped, returned or superseded)")
-            raise
+        return token, fence, target, checked
 
     @property
     def fenced_out(self) -> str | None:

@@ -11,11 +11,18 @@
 -- KEYS[5]  wake        P:{Q}:wake
 -- KEYS[6]  finished    P:{Q}:finished             (only with recorded acks)
 -- KEYS[7..6+r] records P:{Q}:job:<jid>            one per recorded ack, in order
+-- then, only with staged writes, two per write (the last 2w keys):
+--   its job's fence P:fence:{Q}:job:<jid>, its target key (the queue's hash tag)
 -- ARGV[1]  how many tasks to claim (0: only acknowledge); for a queue with
 --          rate-limited or concurrency-keyed workers "<n> <spec JSON>"
 --          (_flow.lua, _slots.lua), which adds the wait to the reply; with
 --          concurrency keys an ack also gives its delivery's slot back
--- ARGV[2]  p: how many plain acks follow
+-- ARGV[2]  p: how many plain acks follow; "<p> <w>" when w staged writes ride
+--          the acks (current_job().set_on_ack): their token, value pairs are
+--          the last 2w of ARGV. A write lands only if its delivery's ack is
+--          accepted here and the delivery is not older than its job's fence
+--          (the rule of _job_write.lua); a delivery below its fence is refused
+--          whole (fenced, nothing of it written, its in-flight entry dropped)
 -- ARGV[3..2+p] tokens of finished deliveries to acknowledge (no record)
 -- then, only with recorded acks:
 --   ARGV[3+p]  the done channel P:{Q}:done (one SPUBLISH of the recorded jids,
@@ -76,9 +83,42 @@ end
 local fenced = {}
 local acked = 0
 local plain = tonumber(ARGV[2])
+local writes, nkeys, wargs = 0, #KEYS, #ARGV
+local stale, accepted = nil, nil -- only with staged writes
+if not plain then
+  local sep = string.find(ARGV[2], ' ', 1, true)
+  plain = tonumber(string.sub(ARGV[2], 1, sep - 1))
+  writes = tonumber(string.sub(ARGV[2], sep + 1))
+  nkeys, wargs = #KEYS - 2 * writes, #ARGV - 2 * writes
+  stale, accepted = {}, {}
+  for i = 1, writes do
+    local token = ARGV[wargs + 2 * i - 1]
+    if tonumber(token) < tonumber(redis.call('GET', KEYS[nkeys + 2 * i - 1]) or '0') then
+      stale[token] = true
+    end
+  end
+end
+-- with staged writes: a delivery below its fence is refused; an accepted one may write
+local function passes(token, ok)
+  if ok and stale then
+    if stale[token] then
+      return false
+    end
+    accepted[token] = true
+  end
+  return ok
+end
 if slotted then
   for i = 3, 2 + plain do
-    if settled(ARGV[i]) then
+    if passes(ARGV[i], settled(ARGV[i])) then
+      acked = acked + 1
+    else
+      fenced[#fenced + 1] = ARGV[i]
+    end
+  end
+elseif stale then
+  for i = 3, 2 + plain do
+    if passes(ARGV[i], redis.call('HDEL', KEYS[2], ARGV[i]) == 1) then
       acked = acked + 1
     else
       fenced[#fenced + 1] = ARGV[i]
@@ -93,17 +133,17 @@ else -- the default path, as before
     end
   end
 end
-if #KEYS > 6 then
+if nkeys > 6 then
   local channel = ARGV[3 + plain]
   local cap = tonumber(ARGV[4 + plain])
   local now = string.format('%d', now_ms())  -- formatted once, not by each HSET
   local by = string.match(KEYS[2], ':inflight:(.+)$') or '-'  -- the consumer: the job page's last run
   local index = {}
   local jids = {}
-  for r = 1, #KEYS - 6 do
+  for r = 1, nkeys - 6 do
     local at = 4 + plain + (r - 1) * 7
     local token = ARGV[at + 1]
-    if (slotted and settled(token)) or (not slotted and redis.call('HDEL', KEYS[2], token) == 1) then
+    if passes(token, (slotted and settled(token)) or (not slotted and redis.call('HDEL', KEYS[2], token) == 1)) then
       acked = acked + 1
       local record = KEYS[6 + r]
       if ARGV[at + 5] == '' then
@@ -137,6 +177,11 @@ if #KEYS > 6 then
     redis.call('LPUSH', KEYS[6], unpack(index))
     redis.call('SPUBLISH', channel, table.concat(jids, ' '))
     trim_records(KEYS[6], cap)
+  end
+end
+for i = 1, writes do -- in the order the jobs staged them
+  if accepted[ARGV[wargs + 2 * i - 1]] then
+    redis.call('SET', KEYS[nkeys + 2 * i], ARGV[wargs + 2 * i])
   end
 end
 if acked > 0 then

@@ -65,6 +65,7 @@ from fencekit._redis.scripts.primitives import (
 from fencekit._redis.scripts.queue import (
     JobRecordKeys,
     RecordedAck,
+    StagedWrite,
     ack_claim,
     checkpoint,
     drop,
@@ -88,6 +89,7 @@ __all__ = [
     "JobRecordKeys",
     "RecordedAck",
     "Script",
+    "StagedWrite",
     "ack_claim",
     "backlog",
     "batch_add",

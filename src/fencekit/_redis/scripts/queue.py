@@ -99,6 +99,15 @@ class RecordedAck(NamedTuple):
     batch: str = ""  # the batch the task is a child of, "" for none (its note rides the ack)
 
 
+class StagedWrite(NamedTuple):
+    """A job's fenced write that rides its ack (``current_job().set_on_ack``, ``ack_claim.lua``)."""
+
+    token: int  # the delivery whose ack carries it
+    fence: str  # its job's fence key
+    target: str
+    value: str | bytes | int | float
+
+
 def ack_claim(
     *,
     pending: str,
@@ -113,8 +122,11 @@ def ack_claim(
     channel: str = "",
     keep_finished: int = 0,
     flow: str = "",
+    writes: Sequence[StagedWrite] = (),
 ) -> Call:
     """Acknowledge ``acks`` and ``recorded``, claim up to ``want``; reply ``{fenced, first, lost, envs…}``.
+
+    ``writes`` land with the acks of their deliveries, only if those are accepted.
 
     With ``flow`` (the queue's rate limits, :func:`fencekit.jobs.flow.flow_specs`)
     the reply is ``{fenced, first, lost, wait_ms, envs…}``. See ``ack_claim.lua``.
@@ -127,6 +139,14 @@ def ack_claim(
         for r in recorded:
             extra += (r.token, r.jid, r.result, r.keep_ms, r.envelope, r.unique, r.batch)
         args = (*args, *extra)
+    if writes:
+        wkeys: list[str] = []
+        wargs: list[Arg] = []
+        for w in writes:
+            wkeys += (w.fence, w.target)
+            wargs += (w.token, w.value)
+        keys = (*keys, *wkeys)
+        args = (args[0], f"{len(acks)} {len(writes)}", *args[2:], *wargs)
     return call("ack_claim", keys, args)
 
 
