@@ -85,6 +85,30 @@ class FencedResult:
         return {"ok": True, "i": i}
 
 
+class OnAck:
+    """One fenced write that rides the job's ack: ``current_job().set_on_ack``."""
+
+    queue = QUEUE
+    operation = "on_ack"
+
+    @classmethod
+    async def perform(cls, payload: dict[str, Any]) -> None:
+        current_job().set_on_ack(f"bench:out:{payload.get('i', 0) % 1024}", payload.get("i", 0))
+
+
+class OnAckResult:
+    """A fenced write riding the ack, then a small result (kept in the task's record when it has one)."""
+
+    queue = QUEUE
+    operation = "on_ack_result"
+
+    @classmethod
+    async def perform(cls, payload: dict[str, Any]) -> dict[str, Any]:
+        i = payload.get("i", 0)
+        current_job().set_on_ack(f"bench:out:{i % 1024}", i)
+        return {"ok": True, "i": i}
+
+
 class Result:
     """Returns a small result (kept in the task's record when it has one)."""
 
@@ -128,7 +152,7 @@ def _redis(url: str) -> aredis.Redis:
     return client
 
 
-noop = [Noop, Fenced, FencedResult, Result, Sleep, Latency]
+noop = [Noop, Fenced, FencedResult, OnAck, OnAckResult, Result, Sleep, Latency]
 
 
 def _noop_on(queue: str, operation: str = "noop") -> type:

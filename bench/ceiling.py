@@ -10,10 +10,10 @@ counters is per batch, not per job. The jobs/s Redis could sustain is
 replays, batch by batch, the commands the drain sends Redis for a batch of jobs
 (the claim's ``RPOP`` and in-flight ``HSET``, each ack's ``HDEL``; with a record its
 outcome ``HSET``, ``PEXPIRE``, index entry and trim; with a fenced write its checks
-and ``SET``) inside one script, and reads Redis's own time for it from ``INFO
-commandstats``: no network, no protocol, no client. ``1e6 / µs per job`` is the
-most jobs/s Redis could give that kind of job; a drain's rate over it is how near
-the limit the drain runs.
+and ``SET``, in a script of its own or riding the ack) inside one script, and reads
+Redis's own time for it from ``INFO commandstats``: no network, no protocol, no
+client. ``1e6 / µs per job`` is the most jobs/s Redis could give that kind of job;
+a drain's rate over it is how near the limit the drain runs.
 """
 
 from __future__ import annotations
@@ -80,6 +80,8 @@ KINDS: dict[str, tuple[str, str]] = {
     "record + result": ("r", '{"ok":true,"i":12345}'),
     "fenced write": ("f", "null"),
     "fenced write + result kept": ("fr", '{"ok":true,"i":12345}'),
+    "write on ack": ("a", "null"),
+    "write on ack + result kept": ("ar", '{"ok":true,"i":12345}'),
 }
 # A record as enqueue writes it: a state, the envelope in three parts of at most 64 bytes
 # (lua/_env.lua), its retention; about the 360 bytes MEMORY USAGE gives a real one.

@@ -12,7 +12,9 @@ In alternating rounds on one private Redis, a pool (``--procs``, concurrency
 - ``INFO logging``: no-op tasks, no records, the pool at INFO (each job's two lines);
 - ``one fenced write``: one ``set_if_fresh`` per job, no records;
 - ``fenced write + result kept``: the typical job, one fenced write and a small result kept in
-  the task's record (the default ``keep_result``).
+  the task's record (the default ``keep_result``);
+- ``write on ack`` and ``write on ack + result kept``: the same with the write staged by
+  ``current_job().set_on_ack``, landing with the ack.
 
 It prints each figure, the medians and their ratio to ``nothing kept``, the
 CPU µs per job of Redis and of the pool's children (``fk.drain(cpu=True)``: on
@@ -44,6 +46,8 @@ CASES: tuple[tuple[str, dict[str, Any]], ...] = (
     ("INFO logging", {"level": "INFO"}),
     ("one fenced write", {"op": "fenced"}),
     ("fenced write + result kept", {"keep_result": 3600.0, "op": "fenced_result"}),
+    ("write on ack", {"op": "on_ack"}),
+    ("write on ack + result kept", {"keep_result": 3600.0, "op": "on_ack_result"}),
 )
 # Each case's kind of job for the Redis ceiling (bench.ceiling.replay: the same commands, no network).
 CEILING = {
@@ -54,6 +58,8 @@ CEILING = {
     "INFO logging": "nothing kept",
     "one fenced write": "fenced write",
     "fenced write + result kept": "fenced write + result kept",
+    "write on ack": "write on ack",
+    "write on ack + result kept": "write on ack + result kept",
 }
 
 

@@ -11,7 +11,8 @@
 -- ARGV[2]  first token of the batch
 -- ARGV[3]  what each job does beside its claim and ack: "" (nothing kept),
 --          "r" (its record: outcome HSET, PEXPIRE, index entry, trimmed to
---          ARGV[4]), "f" (one fenced write), "fr" (both)
+--          ARGV[4]), "f" (one fenced write), "fr" (both), "a" (one write
+--          riding the ack: its fence read and its SET in the ack), "ar" (both)
 -- ARGV[4]  records kept (keep_finished)
 -- ARGV[5]  the result each record holds ("null" for a no-op)
 --
@@ -19,6 +20,7 @@
 local n, first, kind = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local record = string.find(kind, 'r', 1, true)
 local fenced = string.find(kind, 'f', 1, true)
+local on_ack = string.find(kind, 'a', 1, true)
 local items = redis.call('RPOP', KEYS[1], n)
 if not items then
   return 0
@@ -40,7 +42,13 @@ end
 local now = string.format('%d', redis.call('TIME')[1] * 1000)
 local index = {}
 for i, token in ipairs(tokens) do
+  if on_ack then -- ack_claim.lua: the job's fence read before the acks, the SET after
+    redis.call('GET', KEYS[4])
+  end
   redis.call('HDEL', KEYS[2], token)
+  if on_ack then
+    redis.call('SET', '{bench}:out:' .. (tonumber(token) % 1024), token)
+  end
   if record then
     local key = '{bench}:job:' .. token
     redis.call('HSET', key, 'state', 'done', 'result', ARGV[5], 'finished', now, 'token', token, 'by', 'c1')
