@@ -306,9 +306,9 @@ class Job:
         the delivery was reaped, returned, finished or timed out, or a newer one exists. On a Redis
         Cluster ``key`` must share the queue's hash tag (``{<queue>}:...``): another is
         :class:`~fencekit.errors.CrossSlotWrite` at once, and the task fails without retries."""
-        token, fence, target, value = self._write(key, value)
+        fence, target, value = self._write(key, value)
         try:
-            await self._site.writes.submit((self._site.inflight, fence, target, token.value, value))
+            await self._site.writes.submit((self._site.inflight, fence, target, self._delivery, value))
         except FencedOutError:
             self.fence_locally("was fenced out by Redis (reaped, returned or superseded)")
             raise
@@ -322,24 +322,24 @@ class Job:
         before the ack leaves nothing half-written. :meth:`set_if_fresh`'s checks (a stale
         delivery, a key off the queue's hash tag) raise at once. No round trip of its own: for
         output the job need not read back. At most :data:`MAX_STAGED` per delivery."""
-        token, fence, target, value = self._write(key, value)
+        fence, target, value = self._write(key, value)
         if self._staged is None:
             self._staged = []
         elif len(self._staged) >= MAX_STAGED:
             raise ValueError(f"at most {MAX_STAGED} writes ride one ack; await set_if_fresh() for more")
-        self._staged.append(scripts.StagedWrite(token.value, fence, target, value))
+        self._staged.append(scripts.StagedWrite(self._delivery, fence, target, value))
 
-    def _write(self, key: str, value: object) -> tuple[FenceToken, str, str, FenceValue]:
-        # a fenced write's token, fence key, target and value, checked before Redis sees it
+    def _write(self, key: str, value: object) -> tuple[str, str, FenceValue]:
+        # a fenced write's fence key, target and value, checked before Redis sees it (no FenceToken made)
         self._check_current()
         site = self._site
-        token, fence, target, checked = site.rules.write(self.token, key, value)
+        fence, target, checked = site.rules.target(job_resource(site.queue, self._jid), key, value)
         if site.slot is not None and slot_of(target) != site.slot:
             raise CrossSlotWrite(
                 f"key {target!r} is outside queue {site.queue!r}'s hash tag: on a Redis Cluster a job's "
                 f"fenced write must share it, e.g. '{{{site.queue}}}:{target}' (not sent; not retried)"
             )
-        return token, fence, target, checked
+        return fence, target, checked
 
     @property
     def fenced_out(self) -> str | None:

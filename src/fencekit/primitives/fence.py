@@ -82,15 +82,20 @@ class FenceRules:
         self.hooks = check_hooks(hooks)
 
     def write(self, token: object, key: object, value: object) -> tuple[FenceToken, str, str, FenceValue]:
-        """A fenced write's ``(token, fence key, target key, value)``, checked (also for job writes)."""
+        """A fenced write's ``(token, fence key, target key, value)``, checked."""
         token = _token(token)
+        return (token, *self.target(token.resource, key, value))
+
+    def target(self, resource: str, key: object, value: object) -> tuple[str, str, FenceValue]:
+        """The ``(fence key, target key, value)`` of a write through ``resource``'s fence, checked:
+        the rule of :meth:`write`, for a job's writes too (which need no token object)."""
         target = validate_name(key, "key")
         if isinstance(value, bool) or not isinstance(value, (str, bytes, int, float)):
             raise TypeError(f"value must be str, bytes, int or float, got {type(value).__name__}")
-        fence = self.keys.fence(token.resource)
+        fence = self.keys.fence(resource)
         if target == fence:
             raise ConfigError(f"the target key must not be the fence key itself: {key!r}")
-        return token, fence, target, value
+        return fence, target, value
 
     def set_if_fresh(self, token: object, key: object, value: object) -> Steps[None]:
         """SET ``key`` if ``token`` is not older than the fence, advancing it (``fence_set.lua``)."""
