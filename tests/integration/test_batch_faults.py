@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import redis
 from tests.fault_helpers import PoolRunner
+from tests.queue_helpers import consumer_of
 
 from fencekit import Batch, BatchInfo, Client, Task
 from fencekit._redis.keys import KeySpace
@@ -93,6 +94,22 @@ async def start_batch(client: Client) -> Batch:
     )
 
 
+async def holding_work(url: str, pool: PoolRunner, timeout: float = 20.0) -> None:
+    """Until ``pool``'s child has tasks of queue bgames in flight (its consumer's in-flight hash)."""
+    r = redis.Redis.from_url(url)
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            kids = Path(f"/proc/{pool.proc.pid}/task/{pool.proc.pid}/children").read_text().split()
+            cid = next((c for k in kids if (c := consumer_of(r, int(k))) is not None), None)
+            if cid is not None and r.hlen(f"fencekit:{{bgames}}:inflight:{cid}") > 0:
+                return
+            await asyncio.sleep(0.005)
+        raise AssertionError("the pool to pause never held a task of the batch")
+    finally:
+        r.close()
+
+
 async def finish(client: Client, handle: Batch, runs: Path) -> tuple[BatchInfo, dict[str, Any]]:
     """The batch's final info and results, once the callbacks ran and a second run of one (a
     stale finisher, a reconciler) had 2 s to show."""
@@ -124,6 +141,7 @@ async def test_a_batch_over_three_pools_with_a_killed_and_a_paused_one_fires_eac
             killed.stop()  # closes its log
             pools[0] = PoolRunner(tmp_path, redis_url, *args)
             paused = pools[1]
+            await holding_work(redis_url, paused)  # so that it has late acks to send
             os.killpg(paused.proc.pid, signal.SIGSTOP)  # past its TTL: reaped, run elsewhere
             await asyncio.sleep(4.0)
             os.killpg(paused.proc.pid, signal.SIGCONT)  # its stale acks arrive now
