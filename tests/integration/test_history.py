@@ -24,7 +24,7 @@ import orjson
 import pytest
 import redis
 import redis.asyncio
-from tests.fault_helpers import PoolRunner, http_body, write_app
+from tests.fault_helpers import PoolRunner, http_body, runs_from_files, write_app
 from tests.queue_helpers import eventually, new_server, qkey, running, stats, worker
 
 from fencekit import Client, Task
@@ -335,6 +335,19 @@ async def test_a_sample_that_fails_books_nothing_and_the_next_one_books_what_it_
         await dead.aclose()
 
 
+def booked(r: redis.Redis, pool: PoolRunner, app_dir: Path, queue: str, jobs: int) -> None:
+    """Wait until ``queue``'s buckets hold ``jobs`` processed and timed; else say what they hold and why."""
+    try:
+        wait_until(lambda: total(r, queue, 0) == jobs and timed(r, queue) == jobs, 30, what=f"{queue} booked")
+    except TimeoutError:
+        reruns = {jid: n for jid, n in runs_from_files(app_dir / "runs").items() if n > 1}
+        lines = [line for line in pool.output().splitlines() if "child" in line or "ERROR" in line]
+        raise AssertionError(
+            f"{queue}: booked processed {total(r, queue, 0)}, timed {timed(r, queue)} (want {jobs} each); "
+            f"stats {stats(r, queue)}; jobs run more than once {reruns}; pool: {lines[-20:]}"
+        ) from None
+
+
 def test_a_pool_books_its_childrens_jobs_with_their_durations_once(
     private_redis: RedisServer, tmp_path: Path
 ) -> None:
@@ -347,8 +360,8 @@ def test_a_pool_books_its_childrens_jobs_with_their_durations_once(
         pool.wait_ready()
         enqueue(url, [Task("work", "do", {"sleep": 0.002, "incr": False}) for _ in range(300)])
         enqueue(url, [Task("hold", "hold", {"seconds": 0.02}) for _ in range(20)])
-        wait_until(lambda: total(r, "work", 0) == 300 and timed(r, "work") == 300, 30, what="work booked")
-        wait_until(lambda: total(r, "hold", 0) == 20 and timed(r, "hold") == 20, 30, what="hold booked")
+        booked(r, pool, tmp_path, "work", 300)
+        booked(r, pool, tmp_path, "hold", 20)
         counts = [sum(values[7:]) for values in buckets(r, "hold").values()]
         assert sum(counts) == 20
         hold_histogram = [sum(c) for c in zip(*(values[7:] for values in buckets(r, "hold").values()))]
