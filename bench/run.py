@@ -3,7 +3,7 @@
 
     python -m bench                 # full sizes (about 15 minutes on 2 cores)
     python -m bench --quick         # smaller sizes, same scenarios (CI-like)
-    python -m bench --only fk,scale # some sections: micro, ceiling, fk, scale, peers
+    python -m bench --only fk,scale # some sections: micro, ceiling, fk, scale, peers, typical
     python -m bench --peers huey,rq # some peers
 
 Prints Markdown tables and writes ``bench/results/latest.json`` and ``latest.md``.
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import apps, ceiling, fk
+from bench import apps, ceiling, fk, typical
 from bench.common import PY, ROOT, machine_line
 from bench.peers import venvs
 
@@ -661,6 +661,14 @@ def render(out: dict[str, Any]) -> str:
         L += table(
             ["kind of job", "Redis µs/job", "ceiling jobs/s", "fencekit P=2 drain", "% of the ceiling"], rows
         )
+    ty = out.get("typical")
+    if ty:
+        L += [
+            "",
+            "### The typical job beside the peers' (one write, a small result kept; `python -m bench.typical`)",
+            "",
+        ]
+        L += typical.render(ty)
     mi = out.get("micro")
     if mi:
         L += ["", "### Micro (pytest-benchmark, median)", ""]
@@ -852,6 +860,15 @@ def targets(out: dict[str, Any]) -> dict[str, Any]:
             "measured": f"p99 {f2(lat['p99_ms'])} ms vs {top} {f2(p99s[top])} ms",
             "verdict": "met" if lat["p99_ms"] <= p99s[top] else "missed",
         }
+    ty = out.get("typical")
+    mine = typical.median_rate(ty["rows"].get(f"fencekit: {typical.HEADLINE}", [])) if ty else None
+    top = typical.fastest_peer(ty) if ty else None
+    if mine and top:
+        T["T12"] = {
+            "goal": "typical job (a fenced write, a small result kept; -c 32, INFO) ≥ 8× the fastest peer's",
+            "measured": f"{f0(mine)} vs {top[0]} {f0(top[1])} jobs/s: ×{mine / top[1]:.1f}",
+            "verdict": "met" if mine / top[1] >= 8 else "missed",
+        }
     if "T1" in T:  # T1's figure against the stricter goal of issue 18
         T["T11"] = {
             "goal": "no-op drain P=2 ≥ 8× the fastest peer (same run, same N)",
@@ -865,7 +882,9 @@ async def amain(args: argparse.Namespace) -> dict[str, Any]:
     from fencekit.testing import RedisServer
 
     s = SIZES["quick" if args.quick else "full"]
-    sections = set(args.only.split(",")) if args.only else {"micro", "ceiling", "fk", "scale", "peers"}
+    sections = (
+        set(args.only.split(",")) if args.only else {"micro", "ceiling", "fk", "scale", "peers", "typical"}
+    )
     peers = args.peers.split(",") if args.peers else PEERS
     RESULTS.mkdir(parents=True, exist_ok=True)
     logdir = RESULTS / "logs"
@@ -890,6 +909,17 @@ async def amain(args: argparse.Namespace) -> dict[str, Any]:
             await run_scale(url, logdir, s, out)
         if "peers" in sections:
             await asyncio.to_thread(run_peers, url, logdir, s, out, peers)
+        if "typical" in sections:
+            log("typical: the typical job beside the peers' (-c 32, INFO, results kept)")
+            out["typical"] = await typical.run(
+                url,
+                logdir,
+                n=s["n_peer"],
+                procs=2,
+                conc=32,
+                rounds=1,
+                peers=[p for p in peers if p in typical.PEERS],
+            )
     if "micro" in sections:
         run_micro(out)
     out["elapsed_s"] = time.perf_counter() - started
@@ -900,7 +930,7 @@ async def amain(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="smaller sizes (CI-like)")
-    ap.add_argument("--only", help="comma-separated sections: micro,ceiling,fk,scale,peers")
+    ap.add_argument("--only", help="comma-separated sections: micro,ceiling,fk,scale,peers,typical")
     ap.add_argument("--peers", help="comma-separated peers (default: all)")
     ap.add_argument("--no-plots", action="store_true", help="tables only, no PNG charts (bench/plots.py)")
     args = ap.parse_args(argv)

@@ -3,11 +3,18 @@
     bench/.venvs/<peer>/bin/python bench/peers/run_peer.py PEER SCENARIO --url URL [--n N] [--procs P]
 
 Scenarios: ``drain`` (N jobs pre-enqueued, P worker processes, timed from job 0's
-start to job N-1's), ``enqueue`` (one at a time, and the peer's bulk API where it has
-one), ``latency`` (idle workers, N jobs 2 ms apart, enqueue -> start p50/p99),
-``producers`` (``--producers`` concurrent producers sharing the driver's one
-``Producer``, each enqueueing one job at a time until N are enqueued in all: asyncio
-tasks for an async peer, threads for a sync one; no workers run).
+start to job N-1's), ``typical`` (the same with the typical job: one Redis write, then
+a small result the peer keeps; see each driver's ``typical``), ``enqueue`` (one at a
+time, and the peer's bulk API where it has one), ``latency`` (idle workers, N jobs
+2 ms apart, enqueue -> start p50/p99), ``producers`` (``--producers`` concurrent
+producers sharing the driver's one ``Producer``, each enqueueing one job at a time
+until N are enqueued in all: asyncio tasks for an async peer, threads for a sync
+one; no workers run).
+
+``--conc C`` runs each worker process at concurrency C (else the driver's own
+setting); ``--usual`` runs the workers at the peer's default log level with
+results kept, as a user runs them (else: no results kept, quiet where the peer can be).
+Both reach the driver, and the workers it starts, as ``BENCH_CONC`` and ``BENCH_USUAL``.
 Every wait is bounded; the workers are stopped (SIGTERM, then SIGKILL of their
 process group) whatever happens.
 """
@@ -131,7 +138,7 @@ async def concurrent_producers(drv, prod, n, producers):
 async def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("peer")
-    ap.add_argument("scenario", choices=["drain", "enqueue", "latency", "producers"])
+    ap.add_argument("scenario", choices=["drain", "typical", "enqueue", "latency", "producers"])
     ap.add_argument("--url", required=True)
     ap.add_argument("--n", type=int, default=10000)
     ap.add_argument("--n-bulk", type=int, default=20000)
@@ -140,8 +147,14 @@ async def main():
     ap.add_argument("--producers", type=int, default=64)
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("--logdir", default="/tmp")
+    ap.add_argument("--conc", type=int, default=None)
+    ap.add_argument("--usual", action="store_true")
     args = ap.parse_args()
     os.environ["BENCH_REDIS_URL"] = args.url
+    if args.conc is not None:
+        os.environ["BENCH_CONC"] = str(args.conc)
+    if args.usual:
+        os.environ["BENCH_USUAL"] = "1"
     sys.path.insert(0, str(HERE))
     import _common
 
@@ -177,10 +190,11 @@ async def main():
                 await call(prod.one, i, 10**9)
             elapsed, how = await concurrent_producers(drv, prod, args.n, args.producers)
             out.update(n=args.n, producers=args.producers, rate=args.n / elapsed, elapsed_s=elapsed, how=how)
-        elif args.scenario == "drain":
+        elif args.scenario in ("drain", "typical"):
             n = args.n
+            enqueue = prod.one if args.scenario == "drain" else prod.typical
             for i in range(n):
-                await call(prod.one, i, n)
+                await call(enqueue, i, n)
             workers = Workers(drv, args.procs, args.logdir)
             launched = time.time()
             first = await wait_key(r, "bench:mark:first", 120, workers)
@@ -191,7 +205,16 @@ async def main():
                 rate=(n - 1) / (last - first),
                 first_job_s=first - launched,
                 drain_s=last - first,
+                conc=args.conc,
+                usual=args.usual,
             )
+            if args.scenario == "typical":  # what the jobs left: their writes, and the results kept
+                out["kept"] = drv.KEPT
+                deadline = time.monotonic() + 5  # the last jobs' results land just after their marks
+                while drv.results_kept(r) < n and time.monotonic() < deadline:
+                    await asyncio.sleep(0.1)
+                out["writes"] = sum(1 for _ in r.scan_iter("bench:out:*", count=1000))
+                out["results"] = drv.results_kept(r)
         else:
             workers = Workers(drv, args.procs, args.logdir)
             await call(prod.one, 0, 1)
