@@ -142,6 +142,33 @@ async def test_the_gauges_read_the_running_tasks_and_the_backlog(
     assert gauge(reader, "fencekit.queue.backlog") == {}  # stop_backlog: no reading past the stop
 
 
+async def test_stop_backlog_ends_when_the_reader_loses_its_first_cancel(
+    meter: tuple[MeterProvider, InMemoryMetricReader], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reader's ``asyncio.wait_for`` swallows a cancel that meets a reply on Python < 3.12; a CI
+    run's Server then never stopped. Here the reader loses its first cancel on purpose: the stop
+    cancels it again and ends, where a single cancel and an endless wait would hang."""
+    hooks = otel_metrics(meter[0], backlog_interval=0.01)
+    cancels = []
+
+    async def swallowing(client: object) -> None:
+        while True:
+            try:
+                await asyncio.sleep(0.01)
+            except asyncio.CancelledError:
+                cancels.append(1)
+                if len(cancels) == 1:
+                    continue  # lost, as wait_for loses it
+                raise
+
+    monkeypatch.setattr(hooks, "_read_backlog", swallowing)
+    await hooks.start_backlog(None)  # type: ignore[arg-type]
+    await asyncio.sleep(0.05)
+    await asyncio.wait_for(hooks.stop_backlog(), 30)
+    assert len(cancels) == 2
+    assert hooks._reader is None
+
+
 def test_without_a_configured_sdk_the_metrics_cost_nothing_visible(caplog: pytest.LogCaptureFixture) -> None:
     # The global provider of this test process is the API's default (no SDK set up).
     assert not isinstance(metrics.get_meter_provider(), MeterProvider)

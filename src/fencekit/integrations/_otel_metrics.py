@@ -7,6 +7,7 @@ import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from fencekit._aio.scope import TaskScope
 from fencekit.hooks import FenceKitHooks, JobEvent
 
 if TYPE_CHECKING:
@@ -89,6 +90,9 @@ class OtelMetrics(FenceKitHooks):
         self._in_flight: dict[str, int] = {}  # queue -> started, not ended (kept at 0)
         self._backlog: dict[str, int] = {}  # replaced whole by each reading
         self._reader: asyncio.Task[None] | None = None
+        # the reader's owner: a close cancels it again should a cancel be lost in its
+        # asyncio.wait_for (Python < 3.12 swallows one that meets a reply; a Server's stop hung)
+        self._scope = TaskScope("otel metrics backlog", logger=_log)
         super().__init__(
             on_started=self._started,
             on_succeeded=lambda e: self._ended(e, "succeeded"),
@@ -136,16 +140,12 @@ class OtelMetrics(FenceKitHooks):
         the matching shutdown hook.
         """
         await self.stop_backlog()
-        self._reader = asyncio.get_running_loop().create_task(
-            self._read_backlog(client), name="fencekit-otel-backlog"
-        )
+        self._reader = self._scope.start(self._read_backlog(client), name="fencekit-otel-backlog")
 
     async def stop_backlog(self) -> None:
         """A shutdown hook: stop reading the backlog; the gauge reports none from here on."""
-        reader, self._reader = self._reader, None
-        if reader is not None:
-            reader.cancel()
-            await asyncio.wait({reader})
+        self._reader = None
+        await self._scope.aclose()
         self._backlog = {}
 
     async def _read_backlog(self, client: Client) -> None:
