@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import logging
 import signal
 import sys
 
+from fencekit._aio.scope import TaskScope
 from fencekit._log import line_handler
 from fencekit.cli.base import Context, Exit, UsageError, Verb
 
@@ -74,13 +74,12 @@ async def _relay(ctx: Context, args: argparse.Namespace) -> int:
         relay.db.url,
         ctx.client.target.redacted(),
     )
-    running = asyncio.create_task(relay.loop().run(), name="fencekit-outbox-relay")
+    scope = TaskScope("outbox relay", logger=logger)  # a lost cancel is cancelled again at the stop
+    scope.start(relay.loop().run(), name="fencekit-outbox-relay")
     try:
         await stop.wait()
     finally:
-        running.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await running
+        await scope.aclose()
         await relay.close()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
