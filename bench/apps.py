@@ -1,7 +1,7 @@
 """Workers the end-to-end benchmarks run (``python -m fencekit.pool bench.apps:APP``).
 
 - ``noop``: every operation of queue ``bench`` (``noop``, ``fenced``, ``fenced_result``,
-  ``result``, ``sleep``, ``lat``);
+  ``on_ack``, ``on_ack_result``, ``result``, ``checkpoint_once``, ``sleep``, ``lat``);
 - ``many_queues``: a ``noop`` worker on each of the queues ``q000`` .. ``q099``;
   ``many_queues_10``, ``many_queues_100``, ``many_queues_1000``: the same on the first
   10, 100 or 1000 of ``q000`` .. ``q999`` (:func:`queue_names`);
@@ -120,6 +120,17 @@ class Result:
         return {"ok": True, "i": payload.get("i", 0)}
 
 
+class CheckpointOnce:
+    """One ``await current_job().checkpoint({"cursor": i})`` per job (a long job's step, on a no-op)."""
+
+    queue = QUEUE
+    operation = "checkpoint_once"
+
+    @classmethod
+    async def perform(cls, payload: dict[str, Any]) -> None:
+        await current_job().checkpoint({"cursor": payload.get("i", 0)})
+
+
 class Sleep:
     """I/O-bound: ``await asyncio.sleep(0.001)``."""
 
@@ -152,7 +163,7 @@ def _redis(url: str) -> aredis.Redis:
     return client
 
 
-noop = [Noop, Fenced, FencedResult, OnAck, OnAckResult, Result, Sleep, Latency]
+noop = [Noop, Fenced, FencedResult, OnAck, OnAckResult, Result, CheckpointOnce, Sleep, Latency]
 
 
 def _noop_on(queue: str, operation: str = "noop") -> type:

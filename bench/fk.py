@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import statistics
 import time
@@ -72,12 +73,14 @@ async def fill(
     priorities: list[int] | None = None,
     fair_keys: int = 0,
     rate_keys: int = 0,
+    in_batches: bool = False,
 ) -> float:
     """Enqueue ``n`` tasks with ``enqueue_many`` (round-robin over ``queues`` and over
     ``ops``, else every task is ``op``; ``priorities`` round-robin too, else 0); returns seconds.
 
     ``fair_keys`` K > 0 gives task i ``fair_key=f"t{i % K}"`` (K tenants in turn),
-    ``rate_keys`` K > 0 gives it ``rate_key=f"r{i % K}"``; 0: none."""
+    ``rate_keys`` K > 0 gives it ``rate_key=f"r{i % K}"``; 0: none. ``in_batches``: each
+    chunk of ``batch`` tasks is one batch (``client.batch``) with a no-op ``on_complete``."""
     queues = queues or [apps.QUEUE]
     ops = ops or [op]
     prios = priorities or [0]
@@ -95,7 +98,10 @@ async def fill(
             )
             for i in range(start, min(n, start + batch))
         ]
-        await client.enqueue_many(tasks, delay=delay)
+        if in_batches:
+            await client.batch(tasks, on_complete=Task(apps.QUEUE, "noop", {}))
+        else:
+            await client.enqueue_many(tasks, delay=delay)
     return time.perf_counter() - started
 
 
@@ -145,6 +151,7 @@ async def drain(
     priorities: list[int] | None = None,
     fair_keys: int = 0,
     rate_keys: int = 0,
+    in_batches: bool = False,
     redis_time: bool = False,
     cpu: bool = False,
 ) -> dict[str, Any]:
@@ -155,7 +162,8 @@ async def drain(
     pool's (or Server's) log level: at INFO each job logs its start and end lines;
     ``ops`` spreads the tasks round-robin over these operations (``app`` must
     register them) instead of all being ``op``; ``fair_keys`` / ``rate_keys`` K give
-    the tasks a ``fair_key`` / ``rate_key`` over K keys in turn (:func:`fill`).
+    the tasks a ``fair_key`` / ``rate_key`` over K keys in turn, ``in_batches`` makes each
+    10,000 of them a batch (:func:`fill`).
     ``redis_time`` resets Redis's ``INFO commandstats`` once the tasks are in and reads
     it after the last ack: ``script_us_per_job``, Redis's µs in ``EVALSHA`` (the claim
     script mostly, the pool's heartbeats and schedulers too) over ``n``, and
@@ -178,6 +186,7 @@ async def drain(
         priorities=priorities,
         fair_keys=fair_keys,
         rate_keys=rate_keys,
+        in_batches=in_batches,
     )
     if memory:
         store["filled"] = await _redis_memory(r)
@@ -281,7 +290,8 @@ async def _redis_memory(r: Any) -> dict[str, Any]:
 
     With task records, also ``record_bytes`` (the median ``MEMORY USAGE`` of up to 20 records:
     the newest finished ones, else those of the tasks at the head of the queue) and
-    ``record_encoding`` (``OBJECT ENCODING`` of the first)."""
+    ``record_encoding`` (their ``OBJECT ENCODING``: one word when all share it, else each
+    with its count: a batch's callback, for one, holds its long unique key and is a hashtable)."""
     info = await r.info("memory")
     out: dict[str, Any] = {"keys": int(await r.dbsize()), "used_memory": int(info["used_memory"])}
     base = f"fencekit:{{{apps.QUEUE}}}:"
@@ -292,7 +302,11 @@ async def _redis_memory(r: Any) -> dict[str, Any]:
     sizes = [size for name in names if (size := await r.memory_usage(name, samples=0)) is not None]
     if sizes:
         out["record_bytes"] = statistics.median(sizes)
-        out["record_encoding"] = (await r.object("encoding", names[0])).decode()
+        kinds = [(await r.object("encoding", name) or b"gone").decode() for name in names]
+        encodings = collections.Counter(kinds)
+        out["record_encoding"] = ", ".join(
+            kind if count == len(names) else f"{count} {kind}" for kind, count in encodings.most_common()
+        )
     return out
 
 

@@ -14,7 +14,13 @@ In alternating rounds on one private Redis, a pool (``--procs``, concurrency
 - ``fenced write + result kept``: the typical job, one fenced write and a small result kept in
   the task's record (the default ``keep_result``);
 - ``write on ack`` and ``write on ack + result kept``: the same with the write staged by
-  ``current_job().set_on_ack``, landing with the ack.
+  ``current_job().set_on_ack``, landing with the ack;
+- what the other features cost the jobs that use them: ``batch children`` (each 10,000
+  tasks one batch with an ``on_complete`` callback; a batch child always keeps its record,
+  so compare it with ``records kept``), ``fair share over 100 keys`` (``fair_key`` over 100
+  tenants in turn) and ``one checkpoint`` (one ``await current_job().checkpoint(...)`` a job).
+  What they cost the jobs that do not use them is the ``nothing kept`` drain itself, against
+  a checkout from before them (``python -m bench.ab``).
 
 It prints each figure, the medians and their ratio to ``nothing kept``, the
 CPU µs per job of Redis and of the pool's children (``fk.drain(cpu=True)``: on
@@ -48,6 +54,9 @@ CASES: tuple[tuple[str, dict[str, Any]], ...] = (
     ("fenced write + result kept", {"keep_result": 3600.0, "op": "fenced_result"}),
     ("write on ack", {"op": "on_ack"}),
     ("write on ack + result kept", {"keep_result": 3600.0, "op": "on_ack_result"}),
+    ("batch children", {"keep_result": 3600.0, "in_batches": True}),
+    ("fair share over 100 keys", {"fair_keys": 100}),
+    ("one checkpoint", {"op": "checkpoint_once"}),
 )
 # Each case's kind of job for the Redis ceiling (bench.ceiling.replay: the same commands, no network).
 CEILING = {
@@ -60,18 +69,19 @@ CEILING = {
     "fenced write + result kept": "fenced write + result kept",
     "write on ack": "write on ack",
     "write on ack + result kept": "write on ack + result kept",
-}
+}  # the other cases send commands no replay covers: their ceiling is not given
 
 
-async def main(rounds: int, n: int, procs: int) -> None:
+async def main(rounds: int, n: int, procs: int, only: list[str] | None = None) -> None:
     logdir = Path(tempfile.mkdtemp(prefix="fencekit-lifecycle-"))
-    rates: dict[str, list[float]] = {name: [] for name, _ in CASES}
-    cpu: dict[str, list[dict[str, float]]] = {name: [] for name, _ in CASES}
+    cases = [(name, kw) for name, kw in CASES if only is None or name in only or name == "nothing kept"]
+    rates: dict[str, list[float]] = {name: [] for name, _ in cases}
+    cpu: dict[str, list[dict[str, float]]] = {name: [] for name, _ in cases}
     memory: dict[str, Any] = {}
     with RedisServer() as srv:
         url = srv.url()
         for _ in range(rounds):
-            for name, kw in CASES:
+            for name, kw in cases:
                 result = await fk.drain(url, logdir, n=n, procs=procs, conc=128, memory=True, cpu=True, **kw)
                 if "error" in result:
                     raise SystemExit(f"{name}: {result['error']}")
@@ -90,7 +100,7 @@ async def main(rounds: int, n: int, procs: int) -> None:
         "| left in Redis | record bytes |"
     )
     print("|---|---|---|---|---|---|---|---|")
-    for name, _ in CASES:
+    for name, _ in cases:
         median = statistics.median(rates[name])
         after, filled = memory[name]["after"], memory[name]["filled"]
         redis_us = statistics.median(c["redis"] for c in cpu[name])
@@ -112,7 +122,9 @@ async def main(rounds: int, n: int, procs: int) -> None:
     )
     print("| case | median jobs/s | ceiling's Redis µs/job | ceiling jobs/s | drain ÷ ceiling |")
     print("|---|---|---|---|---|")
-    for name, _ in CASES:
+    for name, _ in cases:
+        if name not in CEILING:
+            continue
         median, limit = statistics.median(rates[name]), limits[CEILING[name]]
         print(
             f"| {name} | {median:,.0f} | {limit['us_per_job']:.2f} | {limit['jobs_per_s']:,.0f} | "
@@ -125,5 +137,10 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--n", type=int, default=100_000)
     parser.add_argument("--procs", type=int, default=2)
+    parser.add_argument("--cases", help="comma-separated case names (nothing kept always runs); default: all")
     args = parser.parse_args()
-    asyncio.run(main(args.rounds, args.n, args.procs))
+    if args.cases:
+        unknown = set(args.cases.split(",")) - {name for name, _ in CASES}
+        if unknown:
+            parser.error(f"unknown cases {sorted(unknown)}; the cases: {[name for name, _ in CASES]}")
+    asyncio.run(main(args.rounds, args.n, args.procs, args.cases.split(",") if args.cases else None))
