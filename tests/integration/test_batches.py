@@ -360,3 +360,44 @@ async def test_every_way_a_child_ends_counts_it_once(redis_url: str) -> None:
     assert flaky_runs == [0, 1]
     assert sorted(kind for kind, _, _ in calls.callbacks) == ["complete", "failure"]
     assert len(calls.children) == 2  # the plain games; the expired one never ran
+
+
+async def test_the_note_mover_applies_interleaved_notes_of_two_batches_and_empties_the_list(
+    redis_url: str,
+) -> None:
+    """The mover reads the oldest notes, applies them per batch and removes exactly the lines it
+    consumed (tail first), a malformed one included; a line that arrives meanwhile stays."""
+    import logging
+
+    from fencekit.services._batches import BatchLoops
+
+    r = async_client(redis_url)
+    try:
+        async with Client(redis_url=redis_url) as client:
+            one = await client.batch(games(40), on_complete=Task("reports", "complete", {}))
+            two = await client.batch(games(30, start=40), on_complete=Task("reports", "complete", {}))
+        notes = KEYS.queue("games").notes()
+        lines = [f"{one.bid} {jid} s" for jid in one.jids]
+        lines[10:10] = [f"{two.bid} {jid} f" for jid in two.jids]  # interleaved
+        lines.insert(5, "not a note")
+        await r.lpush(notes, *lines)  # the first line is the oldest, at the tail
+        mover = BatchLoops(r, KEYS, ["games"], logging.getLogger("test.batches.mover"))
+        assert await mover.move() == len(lines)
+        assert (mover.applied, mover.malformed) == (70, 1)
+        assert await r.llen(notes) == 0
+        for handle, field in ((one, "succeeded"), (two, "failed")):
+            info = await client_info(redis_url, handle.bid)
+            assert getattr(info, field) == len(handle.jids)
+        await r.lpush(notes, f"{one.bid} {one.jids[0]} s")  # again: counts nothing, is consumed
+        assert await mover.move() == 1
+        assert mover.applied == 70
+        assert await r.llen(notes) == 0
+    finally:
+        await r.aclose()
+
+
+async def client_info(redis_url: str, bid: str) -> BatchInfo:
+    async with Client(redis_url=redis_url) as client:
+        info = await client.batch_info(bid)
+    assert info is not None
+    return info

@@ -98,21 +98,22 @@ class BatchLoops:
             return 0
         lines = await arun_batch(self.client, Batch([cmd("lrange", key, -CHUNK, -1) for key in notes_keys]))
         by_bid: dict[str, list[tuple[str, str]]] = defaultdict(list)
-        where: dict[str, list[tuple[str, bytes]]] = defaultdict(list)  # bid -> (notes key, line)
-        bad: list[tuple[str, bytes]] = []
+        # bid -> (its line's distance from the list's tail, notes key, line)
+        where: dict[str, list[tuple[int, str, bytes]]] = defaultdict(list)
+        bad: list[tuple[int, str, bytes]] = []
         for key, found in zip(notes_keys, lines, strict=True):
-            for line in found:
+            for at, line in enumerate(found):
                 note = parse_note(line)
                 if note is None:
-                    bad.append((key, line))
+                    bad.append((len(found) - 1 - at, key, line))
                     continue
                 by_bid[note.bid].append((note.jid, note.outcome))
-                where[note.bid].append((key, line))
-        for key, line in bad:
+                where[note.bid].append((len(found) - 1 - at, key, line))
+        for _, key, line in bad:
             self.malformed += 1
             self.logger.error("batch note %r in %s is malformed: dropped (it counts no child)", line, key)
         bids = list(by_bid)
-        done: list[tuple[str, bytes]] = list(bad)
+        done: list[tuple[int, str, bytes]] = list(bad)
         fired: list[str] = []
         if bids:
             calls = [
@@ -134,7 +135,10 @@ class BatchLoops:
                 if as_text(fire):
                     fired.append(bid)
         if done:
-            await arun_batch(self.client, Batch([cmd("lrem", key, -1, line) for key, line in done]))
+            # tail first: each LREM from the tail (-1) then finds its line at the tail, not a
+            # chunk's length away (one scan per note instead of a chunk's)
+            done.sort(key=lambda entry: entry[0])
+            await arun_batch(self.client, Batch([cmd("lrem", key, -1, line) for _, key, line in done]))
         for bid in fired:
             await self._finish(bid)
         return len(done)
