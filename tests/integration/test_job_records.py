@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 import pytest
 from tests.queue_helpers import eventually, new_server, qkey, running, stats, worker
-from tests.servers import node_of
+from tests.servers import client_lists, node_of, nodes
 
 import fencekit.produce._results
 from fencekit import (
@@ -230,12 +230,19 @@ async def test_many_concurrent_result_calls_share_one_subscription(redis_url: st
         assert results == [2 * i for i in range(100)]
         done = qkey("many", "done")
 
-        def subscribers() -> int:
-            return int(node_of(r, done).execute_command("PUBSUB", "SHARDNUMSUB", done)[1])
+        def subscribers() -> list[int]:  # on every node: the subscription is where the client put it
+            return [int(node.execute_command("PUBSUB", "SHARDNUMSUB", done)[1]) for node in nodes(r)]
 
         # One connection for all hundred waits. Eventually: under load the listener may be between
         # a dropped connection and its resubscription (ResultWaiter._listen) when this looks.
-        await eventually(lambda: subscribers() == 1, what="one subscription for all the waits")
+        try:
+            await eventually(lambda: sum(subscribers()) == 1, what="one subscription for all the waits")
+        except TimeoutError:
+            raise AssertionError(
+                f"subscriptions per node {subscribers()} (the key's node by the map: "
+                f"{node_of(r, done).connection_pool.connection_kwargs.get('port')}); pub/sub connections: "
+                f"{[c for c in client_lists(r) if str(c.get('ssub', '0')) != '0']}"
+            ) from None
 
 
 # -- failures ------------------------------------------------------------------------------
