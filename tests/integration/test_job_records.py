@@ -219,15 +219,17 @@ async def test_result_times_out_with_the_builtin_timeout_error(redis_url: str) -
 
 
 async def test_many_concurrent_result_calls_share_one_subscription(redis_url: str, r: Any) -> None:
+    gate = asyncio.Event()
+
     async def double(payload: dict[str, Any]) -> int:
-        await asyncio.sleep(0.05)
+        await gate.wait()  # held until every wait is in: a job done before its wait never subscribes
         return int(payload["n"]) * 2
 
     server = new_server(redis_url, worker("many", "double", double), concurrency=16)
     async with Client(redis_url=redis_url) as client, running(server):
         jids = await client.enqueue_many([Task("many", "double", {"n": i}) for i in range(100)])
-        results = await asyncio.wait_for(asyncio.gather(*(client.result(j) for j in jids)), 30)
-        assert results == [2 * i for i in range(100)]
+        waits = asyncio.gather(*(client.result(j) for j in jids))
+        await eventually(lambda: client._waiter is not None and len(client._waiter._waiting) == 100)
         done = qkey("many", "done")
 
         def subscribers() -> list[int]:  # on every node: the subscription is where the client put it
@@ -243,6 +245,8 @@ async def test_many_concurrent_result_calls_share_one_subscription(redis_url: st
                 f"{node_of(r, done).connection_pool.connection_kwargs.get('port')}); pub/sub connections: "
                 f"{[c for c in client_lists(r) if str(c.get('ssub', '0')) != '0']}"
             ) from None
+        gate.set()
+        assert await asyncio.wait_for(waits, 30) == [2 * i for i in range(100)]
 
 
 # -- failures ------------------------------------------------------------------------------
@@ -701,3 +705,48 @@ async def test_a_dead_letter_revived_as_a_corrected_task_ends_done_in_its_record
         info = await client.job(jid)
         assert info is not None
         assert info.status is JobStatus.DONE
+
+
+async def test_a_failed_first_subscription_is_made_again_by_the_listener(
+    redis_url: str, r: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first SSUBSCRIBE of the result channel fails: the waits re-read meanwhile, and the
+    listener subscribes the channel after (once, it stayed unsubscribed for good)."""
+    real = fencekit.produce._results.sharded_pubsub
+    failed: list[str] = []
+
+    def failing_once(client: Any) -> Any:
+        pubsub = real(client)
+        subscribe = pubsub.ssubscribe
+
+        async def ssubscribe(*channels: Any) -> Any:
+            if not failed:
+                failed.append(str(channels))
+                raise ConnectionError("the first SSUBSCRIBE fails")
+            return await subscribe(*channels)
+
+        pubsub.ssubscribe = ssubscribe
+        return pubsub
+
+    monkeypatch.setattr(fencekit.produce._results, "sharded_pubsub", failing_once)
+
+    gate = asyncio.Event()
+
+    async def double(payload: dict[str, Any]) -> int:
+        await gate.wait()  # held until the wait subscribed: a job done before its wait never subscribes
+        return int(payload["n"]) * 2
+
+    server = new_server(redis_url, worker("again", "double", double))
+    async with Client(redis_url=redis_url) as client, running(server):
+        jid = await client.enqueue(Task("again", "double", {"n": 4}))
+        wait = asyncio.ensure_future(client.result(jid))
+        done = qkey("again", "done")
+        await eventually(
+            lambda: sum(int(n.execute_command("PUBSUB", "SHARDNUMSUB", done)[1]) for n in nodes(r)) == 1,
+            what="the channel subscribed again",
+        )
+        assert len(failed) == 1
+        gate.set()
+        assert await asyncio.wait_for(wait, 30) == 8
+        jid = await client.enqueue(Task("again", "double", {"n": 5}))
+        assert await asyncio.wait_for(client.result(jid), 30) == 10

@@ -214,6 +214,7 @@ class ResultWaiter:
         self._waiting: dict[tuple[str, str], set[asyncio.Event]] = {}
         self._channels: dict[str, str] = {}  # channel -> queue
         self._ready: dict[str, asyncio.Event] = {}  # channel -> confirmed
+        self._unsubscribed: set[str] = set()  # channels whose SSUBSCRIBE failed: the listener retries
 
     async def watch(self, queue: str, jid: str) -> asyncio.Event:
         """An event set when task ``jid`` of ``queue`` may have finished (subscribed before it returns)."""
@@ -240,14 +241,25 @@ class ResultWaiter:
     async def _subscribe(self, channel: str) -> None:
         if self._pubsub is None:
             self._pubsub = sharded_pubsub(self._redis)
-        await self._pubsub.ssubscribe(channel)
-        if self._listener is None or self._listener.done():
-            self._listener = self._scope.start(self._listen(), name="fencekit-results")
+        try:
+            await self._pubsub.ssubscribe(channel)
+        except BaseException:
+            # the listener subscribes it later (the waits re-read meanwhile): a failed first
+            # SSUBSCRIBE once left a channel unsubscribed for good, and no listener running
+            self._unsubscribed.add(channel)
+            raise
+        finally:
+            if self._listener is None or self._listener.done():
+                self._listener = self._scope.start(self._listen(), name="fencekit-results")
 
     async def _listen(self) -> None:
         delay = 0.1
         while True:
             try:
+                if self._unsubscribed:
+                    channels = sorted(self._unsubscribed)
+                    await self._pubsub.ssubscribe(*channels)
+                    self._unsubscribed.difference_update(channels)
                 message = await self._pubsub.get_message(timeout=1.0)
                 delay = 0.1
             except asyncio.CancelledError:
