@@ -62,6 +62,9 @@ from fencekit import (
     connect,
     connect_async,
 )
+from fencekit._redis.process import free_port
+from fencekit._redis.sentinel import MasterWatch
+from fencekit._redis.url import parse_url
 from fencekit.testing import RedisServer, wait_until
 from fencekit.testing.sentinel import LocalSentinel
 
@@ -459,6 +462,35 @@ def test_a_planned_failover_while_every_sentinel_connection_drops(
 ) -> None:
     name = "SENTINEL FAILOVER, sentinel connections killed"
     check(run_failover(cluster, tmp_path, name, planned_while_sentinel_connections_drop))
+
+
+async def test_a_watch_polls_every_tenth_of_a_second_while_it_could_miss_an_announcement(
+    cluster: LocalSentinel,
+) -> None:
+    """A sentinel it cannot subscribe to (nothing listens at its address) keeps the watch polling
+    every DEGRADED_POLL_INTERVAL, not every poll_interval: the announcements of that sentinel
+    (it may be the failover's leader, the only one that says a promotion began) would be missed.
+    A CI run with every sentinel connection killed once saw writes reach the old master 0.44 s
+    after the switch: the watch had waited out its 1 s poll interval."""
+    silent = f"127.0.0.1:{free_port()}"
+    target = parse_url(cluster.url.replace("redis+sentinel://", f"redis+sentinel://{silent},", 1))
+    watch = MasterWatch(target, poll_interval=60.0)
+    await watch.start()
+    try:
+        assert watch.address == cluster.master_address()
+        assert watch.degraded()
+        # each failed subscription asks for a poll too, but it retries after 0.1, 0.2, 0.4 ... 2 s:
+        # about 18 polls in 30 s that way; degraded, the watch polls every 0.1 s
+        await asyncio.to_thread(wait_until, lambda: watch.polls >= 40, 30, what="polls while degraded")
+    finally:
+        await watch.aclose()
+    # the same sentinels, all listening: once subscribed it waits its interval
+    watch = MasterWatch(parse_url(cluster.url), poll_interval=60.0)
+    await watch.start()
+    try:
+        await asyncio.to_thread(wait_until, lambda: not watch.degraded(), 30, what="every subscription up")
+    finally:
+        await watch.aclose()
 
 
 async def test_enqueue_raises_store_error_while_no_master_is_known(cluster: LocalSentinel) -> None:

@@ -9,8 +9,10 @@ ten seconds of acknowledged work that way.
 
 So every process that talks to a Sentinel-managed master runs a
 :class:`MasterWatch`: it subscribes to every sentinel's announcements and
-re-reads the master from all of them every :data:`POLL_INTERVAL` (and at
-once after a subscription drops), and tells its listeners:
+re-reads the master from all of them every :data:`POLL_INTERVAL` (at once
+after a subscription drops, and every :data:`DEGRADED_POLL_INTERVAL` while
+any subscription is down or a sentinel did not answer: an announcement it
+missed is then seen within that), and tells its listeners:
 
 - **suspend** when a sentinel starts promoting a replica
   (``+failover-state-send-slaveof-noone``, or a poll that sees
@@ -42,6 +44,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from fencekit._aio.closing import aclose_all
@@ -49,9 +52,18 @@ from fencekit._aio.scope import TaskScope
 from fencekit._redis.url import RedisTarget
 from fencekit.errors import StoreError
 
-__all__ = ["POLL_INTERVAL", "Address", "Change", "MasterView", "MasterWatch", "ask_sentinels"]
+__all__ = [
+    "DEGRADED_POLL_INTERVAL",
+    "POLL_INTERVAL",
+    "Address",
+    "Change",
+    "MasterView",
+    "MasterWatch",
+    "ask_sentinels",
+]
 
 POLL_INTERVAL = 1.0
+DEGRADED_POLL_INTERVAL = 0.1  # while a subscription is down or a sentinel unanswered
 DEFAULT_FAILOVER_TIMEOUT = 180.0  # Sentinel's own default, in seconds
 _CHANNELS = ("+switch-master", "+failover-state-send-slaveof-noone", "-failover-abort-*")
 
@@ -180,7 +192,11 @@ async def ask_sentinels(target: RedisTarget, clients: Iterable[redis.asyncio.Red
     assert target.master_name is not None
 
     async def ask(client: redis.asyncio.Redis) -> Any:
-        return await client.execute_command("SENTINEL", "MASTER", target.master_name)  # type: ignore[no-untyped-call]
+        try:
+            return await client.execute_command("SENTINEL", "MASTER", target.master_name)  # type: ignore[no-untyped-call]
+        except (RedisConnectionError, ConnectionError):
+            # the sentinel dropped an idle connection: a read, so asked again on a new one
+            return await client.execute_command("SENTINEL", "MASTER", target.master_name)  # type: ignore[no-untyped-call]
 
     replies = await asyncio.gather(*(ask(c) for c in clients), return_exceptions=True)
     return [r for r in replies if not isinstance(r, BaseException)]
@@ -224,6 +240,13 @@ class MasterWatch:
         self._poll_now = asyncio.Event()
         self._starting = asyncio.Lock()
         self._pollers: list[redis.asyncio.Redis] = []
+        self._subscribed: set[tuple[str, int]] = set()  # sentinels whose announcements arrive
+        self._all_answered = True
+        self.polls = 0  # polls made (a figure for tests and diagnostics)
+
+    def degraded(self) -> bool:
+        """True while an announcement could be missed: a subscription is down or a sentinel unanswered."""
+        return not self._all_answered or len(self._subscribed) < len(set(self.target.sentinels))
 
     @property
     def address(self) -> Address | None:
@@ -292,13 +315,18 @@ class MasterWatch:
 
     async def _poll_once(self) -> None:
         replies = await ask_sentinels(self.target, self._pollers)
+        self.polls += 1
         everyone = len(replies) == len(self._pollers)
+        self._all_answered = everyone
         self._tell(self.view.poll(replies, time.monotonic(), everyone=everyone))
 
     async def _poll_loop(self) -> None:
         while True:
+            interval = self.poll_interval
+            if self.degraded():
+                interval = min(interval, DEGRADED_POLL_INTERVAL)
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._poll_now.wait(), self.poll_interval)
+                await asyncio.wait_for(self._poll_now.wait(), interval)
             self._poll_now.clear()
             try:
                 await self._poll_once()
@@ -313,6 +341,7 @@ class MasterWatch:
             pubsub = client.pubsub()
             try:
                 await pubsub.psubscribe(*_CHANNELS)
+                self._subscribed.add((host, port))
                 delay = 0.1
                 while True:
                     message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=None)
@@ -325,6 +354,7 @@ class MasterWatch:
                 log.warning("sentinel %s:%s: subscription failed, again in %.1fs: %r", host, port, delay, exc)
                 self._poll_now.set()
             finally:
+                self._subscribed.discard((host, port))
                 await aclose_all(pubsub, client)
             await asyncio.sleep(delay)
             delay = min(2.0, delay * 2)
