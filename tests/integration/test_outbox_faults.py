@@ -255,6 +255,8 @@ def test_a_redis_restart_under_the_relay_loses_and_doubles_nothing(
             writer.join(60)
             assert writer.error is None, writer.error
             wait_until(lambda: rows_left(db.sync_url) == 0, 30, what="every row relayed after the restart")
+            # the line comes as the relay's step returns, after the batch that emptied the table
+            wait_until(lambda: "Redis answers again (outbox relay" in relay.output(), 30, what="its line")
             log = relay.output()
         finally:
             relay.stop()
