@@ -17,6 +17,9 @@ import pytest
 from tests.docs_blocks import README, ROOT
 from tests.integration.test_admin_browser import DomText, run_chromium
 
+# one worker runs them all: the module's site (a 25 s mkdocs build) is built once, not once per worker
+pytestmark = pytest.mark.xdist_group("docs_site")
+
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -26,6 +26,8 @@ from fencekit.errors import FencedOutError, LockNotAcquired
 
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT = 120
+# one worker runs them all: the session fixture's virtualenv is built once, not once per worker
+pytestmark = pytest.mark.xdist_group("upgrade_keys")
 
 
 @pytest.fixture(scope="session")
