@@ -464,31 +464,42 @@ def test_a_planned_failover_while_every_sentinel_connection_drops(
     check(run_failover(cluster, tmp_path, name, planned_while_sentinel_connections_drop))
 
 
-async def test_a_watch_polls_every_tenth_of_a_second_while_it_could_miss_an_announcement(
+async def test_a_watch_polls_every_tenth_of_a_second_after_its_subscriptions_drop(
     cluster: LocalSentinel,
 ) -> None:
-    """A sentinel it cannot subscribe to (nothing listens at its address) keeps the watch polling
-    every DEGRADED_POLL_INTERVAL, not every poll_interval: the announcements of that sentinel
-    (it may be the failover's leader, the only one that says a promotion began) would be missed.
-    A CI run with every sentinel connection killed once saw writes reach the old master 0.44 s
-    after the switch: the watch had waited out its 1 s poll interval."""
+    """After a subscription that was up drops, the watch polls every DEGRADED_POLL_INTERVAL for
+    DEGRADED_FOR seconds, not every poll_interval: an announcement may have been missed (only the
+    failover's leader says a promotion began). A CI run with every sentinel connection killed
+    once saw writes reach the old master 0.44 s after the switch: the watch had waited out its
+    1 s poll interval. A sentinel that is down (its subscription never comes up) announces
+    nothing: it does not make the watch poll the others faster."""
     silent = f"127.0.0.1:{free_port()}"
     target = parse_url(cluster.url.replace("redis+sentinel://", f"redis+sentinel://{silent},", 1))
     watch = MasterWatch(target, poll_interval=60.0)
     await watch.start()
     try:
         assert watch.address == cluster.master_address()
-        assert watch.degraded()
-        # each failed subscription asks for a poll too, but it retries after 0.1, 0.2, 0.4 ... 2 s:
-        # about 18 polls in 30 s that way; degraded, the watch polls every 0.1 s
-        await asyncio.to_thread(wait_until, lambda: watch.polls >= 40, 30, what="polls while degraded")
-    finally:
-        await watch.aclose()
-    # the same sentinels, all listening: once subscribed it waits its interval
-    watch = MasterWatch(parse_url(cluster.url), poll_interval=60.0)
-    await watch.start()
-    try:
-        await asyncio.to_thread(wait_until, lambda: not watch.degraded(), 30, what="every subscription up")
+
+        def subscribed() -> bool:  # the watch's subscriptions are up (the silent one keeps failing)
+            for sentinel in cluster.sentinels:
+                with redis.Redis(host=sentinel.host, port=sentinel.port, socket_timeout=2) as admin:
+                    if not admin.execute_command("CLIENT", "LIST", "TYPE", "pubsub"):
+                        return False
+            return True
+
+        await asyncio.to_thread(wait_until, subscribed, 10, what="the watch's subscriptions")
+        assert not watch.degraded()
+        for sentinel in cluster.sentinels:  # every subscription drops once
+            with redis.Redis(host=sentinel.host, port=sentinel.port, socket_timeout=2) as admin:
+                admin.execute_command("CLIENT", "KILL", "TYPE", "pubsub")
+        await asyncio.to_thread(wait_until, watch.degraded, 10, what="the watch degraded")
+        before = watch.polls
+        # each drop asks for one poll; after that, with a 60 s interval, the old watch polled no
+        # more for a minute; degraded, it polls every 0.1 s for 5 s
+        await asyncio.to_thread(
+            wait_until, lambda: watch.polls - before >= 20, 30, what="polls after the drop"
+        )
+        await asyncio.to_thread(wait_until, lambda: not watch.degraded(), 30, what="back to its interval")
     finally:
         await watch.aclose()
 

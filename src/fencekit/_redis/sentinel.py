@@ -10,9 +10,11 @@ ten seconds of acknowledged work that way.
 So every process that talks to a Sentinel-managed master runs a
 :class:`MasterWatch`: it subscribes to every sentinel's announcements and
 re-reads the master from all of them every :data:`POLL_INTERVAL` (at once
-after a subscription drops, and every :data:`DEGRADED_POLL_INTERVAL` while
-any subscription is down or a sentinel did not answer: an announcement it
-missed is then seen within that), and tells its listeners:
+after a subscription drops, and every :data:`DEGRADED_POLL_INTERVAL` for
+:data:`DEGRADED_FOR` seconds after: an announcement missed while connections
+drop is then seen within that; a sentinel that is down, whose subscription
+never comes up, announces nothing and changes nothing), and tells its
+listeners:
 
 - **suspend** when a sentinel starts promoting a replica
   (``+failover-state-send-slaveof-noone``, or a poll that sees
@@ -53,6 +55,7 @@ from fencekit._redis.url import RedisTarget
 from fencekit.errors import StoreError
 
 __all__ = [
+    "DEGRADED_FOR",
     "DEGRADED_POLL_INTERVAL",
     "POLL_INTERVAL",
     "Address",
@@ -63,7 +66,8 @@ __all__ = [
 ]
 
 POLL_INTERVAL = 1.0
-DEGRADED_POLL_INTERVAL = 0.1  # while a subscription is down or a sentinel unanswered
+DEGRADED_POLL_INTERVAL = 0.1  # after a subscription that was up dropped ...
+DEGRADED_FOR = 5.0  # ... for this many seconds
 DEFAULT_FAILOVER_TIMEOUT = 180.0  # Sentinel's own default, in seconds
 _CHANNELS = ("+switch-master", "+failover-state-send-slaveof-noone", "-failover-abort-*")
 
@@ -240,13 +244,12 @@ class MasterWatch:
         self._poll_now = asyncio.Event()
         self._starting = asyncio.Lock()
         self._pollers: list[redis.asyncio.Redis] = []
-        self._subscribed: set[tuple[str, int]] = set()  # sentinels whose announcements arrive
-        self._all_answered = True
+        self._dropped_at = float("-inf")  # when a subscription that was up last dropped
         self.polls = 0  # polls made (a figure for tests and diagnostics)
 
     def degraded(self) -> bool:
-        """True while an announcement could be missed: a subscription is down or a sentinel unanswered."""
-        return not self._all_answered or len(self._subscribed) < len(set(self.target.sentinels))
+        """True for :data:`DEGRADED_FOR` s after a subscription that was up dropped (it polls faster)."""
+        return time.monotonic() - self._dropped_at < DEGRADED_FOR
 
     @property
     def address(self) -> Address | None:
@@ -317,7 +320,6 @@ class MasterWatch:
         replies = await ask_sentinels(self.target, self._pollers)
         self.polls += 1
         everyone = len(replies) == len(self._pollers)
-        self._all_answered = everyone
         self._tell(self.view.poll(replies, time.monotonic(), everyone=everyone))
 
     async def _poll_loop(self) -> None:
@@ -339,9 +341,10 @@ class MasterWatch:
         while True:
             client = _sentinel_client(self.target, host, port)
             pubsub = client.pubsub()
+            up = False
             try:
                 await pubsub.psubscribe(*_CHANNELS)
-                self._subscribed.add((host, port))
+                up = True
                 delay = 0.1
                 while True:
                     message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=None)
@@ -354,7 +357,8 @@ class MasterWatch:
                 log.warning("sentinel %s:%s: subscription failed, again in %.1fs: %r", host, port, delay, exc)
                 self._poll_now.set()
             finally:
-                self._subscribed.discard((host, port))
+                if up:
+                    self._dropped_at = time.monotonic()
                 await aclose_all(pubsub, client)
             await asyncio.sleep(delay)
             delay = min(2.0, delay * 2)
