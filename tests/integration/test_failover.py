@@ -42,6 +42,7 @@ from typing import Any
 
 import pytest
 import redis
+import redis.asyncio
 from tests.fault_helpers import (
     PoolRunner,
     Producer,
@@ -62,8 +63,9 @@ from fencekit import (
     connect,
     connect_async,
 )
+from fencekit._aio.closing import aclose_all
 from fencekit._redis.process import free_port
-from fencekit._redis.sentinel import MasterWatch
+from fencekit._redis.sentinel import MasterWatch, ask_sentinels
 from fencekit._redis.url import parse_url
 from fencekit.testing import RedisServer, wait_until
 from fencekit.testing.sentinel import LocalSentinel
@@ -502,6 +504,28 @@ async def test_a_watch_polls_every_tenth_of_a_second_after_its_subscriptions_dro
         await asyncio.to_thread(wait_until, lambda: not watch.degraded(), 30, what="back to its interval")
     finally:
         await watch.aclose()
+
+
+async def test_a_poll_asks_again_on_a_new_connection_when_the_sentinel_dropped_its_idle_one(
+    cluster: LocalSentinel,
+) -> None:
+    """Every sentinel drops its clients' idle connections (CLIENT KILL); the next poll still hears
+    all of them: SENTINEL MASTER is a read, asked once more on a new connection. Without that, a
+    poll made right after connections were dropped heard nobody (the failover test's 0.44 s)."""
+    target = parse_url(cluster.url)
+    pollers = [
+        redis.asyncio.Redis(host=host, port=port, **target.sentinel_kwargs(aio=True))
+        for host, port in target.sentinels
+    ]
+    try:
+        assert len(await ask_sentinels(target, pollers)) == len(pollers)  # connections now idle
+        for sentinel in cluster.sentinels:
+            with redis.Redis(host=sentinel.host, port=sentinel.port, socket_timeout=2) as admin:
+                admin.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+        replies = await ask_sentinels(target, pollers)
+        assert len(replies) == len(pollers), replies
+    finally:
+        await aclose_all(*pollers)
 
 
 async def test_enqueue_raises_store_error_while_no_master_is_known(cluster: LocalSentinel) -> None:

@@ -195,12 +195,14 @@ async def ask_sentinels(target: RedisTarget, clients: Iterable[redis.asyncio.Red
     """``SENTINEL MASTER <name>`` of every sentinel that answers (one round trip to each, in parallel)."""
     assert target.master_name is not None
 
+    command = ("SENTINEL", "MASTER", target.master_name)
+
     async def ask(client: redis.asyncio.Redis) -> Any:
         try:
-            return await client.execute_command("SENTINEL", "MASTER", target.master_name)  # type: ignore[no-untyped-call]
+            return await client.execute_command(*command)  # type: ignore[no-untyped-call]
         except (RedisConnectionError, ConnectionError):
             # the sentinel dropped an idle connection: a read, so asked again on a new one
-            return await client.execute_command("SENTINEL", "MASTER", target.master_name)  # type: ignore[no-untyped-call]
+            return await client.execute_command(*command)  # type: ignore[no-untyped-call]
 
     replies = await asyncio.gather(*(ask(c) for c in clients), return_exceptions=True)
     return [r for r in replies if not isinstance(r, BaseException)]
