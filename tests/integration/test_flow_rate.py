@@ -74,9 +74,10 @@ def assert_within_bucket(claims: list[float], rate: Rate) -> None:
 
     A token bucket of capacity ``burst`` refilled at ``per_second`` lets at most
     ``burst + per_second * (t_j - t_i)`` claims happen from t_i to t_j, both included.
-    The times are delivery tokens, taken after the claim's ``TIME`` by the claim's own work: a
-    µs or so, up to about a ms for a claim that parks a long run of tasks (128 at most), hence
-    a slack of 2 ms of refill (0.1 token at 50/s; a real excess is a whole token).
+    The times are delivery tokens, which read the same clock as the claim's buckets (the script's
+    one ``TIME``, ``lua/_clock.lua``) unless the token counter runs ahead of it (a µs per token of
+    a big claim), hence a slack of 2 ms of refill (0.1 token at 50/s; a real excess is a whole
+    token). With two readings a CI run saw two claims 0.197 s apart at 5/s.
     """
     times = sorted(claims)
     slack = max(0.01, rate.per_second * 0.002)

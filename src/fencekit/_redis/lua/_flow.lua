@@ -23,18 +23,10 @@
 -- parked when the key is full (and does not block the tasks behind it); the
 -- third result maps the index of each kept task that took a slot to its
 -- slots key, for the caller to add the delivery's token.
--- Needs _prio.lua (push_pending), _now_ms.lua and _slots.lua (ckey_of).
--- One Redis TIME per script, in us: the parked tasks restored and the buckets
--- refilled and stamped all read the same clock (two readings let a restore
--- see fewer tokens than the filter then granted and stored).
-local flow_clock = nil
-local function flow_now_us()
-  if not flow_clock then
-    local time = redis.call('TIME')
-    flow_clock = tonumber(time[1]) * 1000000 + tonumber(time[2])
-  end
-  return flow_clock
-end
+-- Needs _prio.lua (push_pending), _now_ms.lua, _slots.lua (ckey_of) and
+-- _clock.lua: the parked tasks restored, the buckets refilled and stamped and
+-- the claim's delivery tokens all read the script's one clock (two readings let
+-- a restore see fewer tokens than the filter then granted and stored).
 local function rate_tokens(saved, rate, burst, now_us)
   local tokens = tonumber(saved[1])
   local at = tonumber(saved[2])
@@ -47,7 +39,7 @@ end
 -- its bucket holds and at most limit in all, oldest first, taken off their
 -- lists for the claim that calls (flow_filter gives them their tokens first).
 local function rate_restore(base, limit)
-  local now_us = flow_now_us()
+  local now_us = clock_us()
   local now = math.floor(now_us / 1000)
   local out = {}
   for _, op in ipairs(redis.call('ZRANGEBYSCORE', base .. 'rparkedops', '-inf', now, 'LIMIT', 0, 16)) do
@@ -97,7 +89,7 @@ end
 -- many more() popped, and whether it stopped at SCAN_CAP.
 local SCAN_CAP = 128 -- bounds one claim's work; the claim wakes the queue again if it stopped here
 local function flow_filter(pending, items, spec, restored, want, more)
-  local now_us = flow_now_us()
+  local now_us = clock_us()
   local base = string.sub(pending, 1, #pending - #'pending')
   local parked = {} -- op -> its rparked list holds tasks (FIFO: later ones park behind them)
   local rates = {}

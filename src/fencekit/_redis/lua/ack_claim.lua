@@ -46,6 +46,7 @@
 --   wait    ms until the earliest operation parked for a token has one again
 --           (0: none parked); the consumer should look at this queue again then
 --           (the queue's other tasks are claimed meanwhile: no head of line)
+--!include _clock.lua
 --!include _next_token.lua
 --!include _wake.lua
 --!include _now_ms.lua

@@ -9,6 +9,7 @@
 -- The token is issued only when the lease is granted, so tokens grow by
 -- grant, never by attempt. A reservation "0:<owner>" left by
 -- idem_reclaim.lua counts as free for that owner only.
+--!include _clock.lua
 --!include _next_token.lua
 local current = redis.call('GET', KEYS[1])
 if current and current ~= '0:' .. ARGV[1] then
