@@ -27,7 +27,7 @@ from fencekit.jobs.batches import BatchState
 from fencekit.testing.cluster import LocalCluster
 
 # with the other fault campaigns, one at a time (on one worker)
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("faults")]
+pytestmark = [pytest.mark.slow, pytest.mark.alone, pytest.mark.xdist_group("faults")]
 
 APP = textwrap.dedent(
     """

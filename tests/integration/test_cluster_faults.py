@@ -43,7 +43,7 @@ from fencekit.testing import RedisServer, wait_until
 from fencekit.testing.cluster import LocalCluster
 
 # one worker runs the fault campaigns one after another: beside each other they starve on 2 cores
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("faults")]
+pytestmark = [pytest.mark.slow, pytest.mark.alone, pytest.mark.xdist_group("faults")]
 
 INTERVAL = 0.0045  # ~220 tasks/s to "work"
 LOSS_WINDOW = 0.2  # seconds of acknowledged work a crash of a primary may lose (asynchronous replication)

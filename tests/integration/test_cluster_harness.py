@@ -10,6 +10,7 @@ mocked: the roles, slots and keys are read back from the servers.
 from __future__ import annotations
 
 import re
+import threading
 import time
 from collections.abc import Iterator
 
@@ -276,3 +277,37 @@ def test_the_harness_refuses_what_redis_would_not_do(cluster: LocalCluster, serv
     assert cluster.slot_owner(slot) is master
     with pytest.raises(ValueError, match="replicas must be"):
         LocalCluster(replicas=-1, binary=server_binary)
+
+
+@pytest.mark.slow
+def test_a_manual_failover_redis_dropped_is_asked_again(
+    tmp_path_factory: pytest.TempPathFactory, server_binary: str
+) -> None:
+    """A graceful failover whose master hangs past Redis's 5 s manual-failover timeout: Redis
+    drops it silently and the replica stays a replica (a CI run on a loaded host timed out
+    waiting for the takeover so). The harness asks again and the takeover completes. A node
+    timeout of 20 s keeps the cluster's own failure detection out of it."""
+    local = LocalCluster(
+        tmp_path_factory.mktemp("dropped"), masters=3, replicas=1, node_timeout_ms=20000, binary=server_binary
+    )
+    local.start(timeout=60)
+    try:
+        key = "{dropped}:k"
+        old = local.owner(key)
+        with direct(old) as client:
+            client.set(key, "kept")
+        [replica] = local.replicas_of(old)
+        local.pause(old)
+        waker = threading.Timer(7.0, local.resume, args=(old,), kwargs={"wait": False})
+        waker.start()
+        try:
+            new = local.failover(old, timeout=40)
+        finally:
+            waker.join()
+        assert new is replica
+        assert local.failovers_asked_again >= 1
+        assert local.role(old) == "replica"
+        with local.client(decode_responses=True) as client:
+            assert client.get(key) == "kept"
+    finally:
+        local.cleanup()

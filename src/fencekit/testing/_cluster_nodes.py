@@ -108,6 +108,7 @@ class ClusterNodes(Managed):
         }
         self._ids: dict[int, str] = {}  # port -> node id (stable: it is in nodes.conf)
         self._paused: set[int] = set()  # ports of SIGSTOPped nodes
+        self.failovers_asked_again = 0  # manual failovers Redis dropped, asked again (failover())
         self._lost: dict[str, _Lost] = {}  # node id of a killed/paused master -> what it held
 
     def _tls_config(self, host: str) -> dict[str, str]:

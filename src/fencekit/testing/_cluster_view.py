@@ -13,6 +13,10 @@ HASH_SLOTS = 16384
 POLL_INTERVAL = 0.05
 ADMIN_TIMEOUT = 2.0  # seconds: a paused node must not hang the harness
 MIGRATE_TIMEOUT_MS = 5000
+# Redis drops a manual failover that has not completed in 5 s (CLUSTER_MF_TIMEOUT): the replica
+# stays a replica and says nothing. A master or replica starved of CPU that long (a loaded CI
+# host) lets one time out; the harness asks again once this many seconds have passed.
+MANUAL_FAILOVER_RETRY = 6.0
 _FAILING_FLAGS = frozenset({"fail", "fail?", "pfail", "handshake", "noaddr"})
 _T = TypeVar("_T")
 
