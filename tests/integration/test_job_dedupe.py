@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.queue_helpers import eventually, new_server, qkey, running, stats
+from tests.queue_helpers import eventually, new_server, qkey, running, stats, worker
 
 from fencekit import Client, Enqueued, PayloadError, Task
+from fencekit._redis import scripts
+from fencekit._redis.run import arun
 from fencekit.testing import RedisServer
 
 
@@ -210,3 +212,55 @@ async def test_a_bad_unique_key_is_refused_at_enqueue(redis_url: str, key: Any) 
             await client.enqueue(
                 Task("bad", "op", unique_key=key.replace("\\t", "\t") if isinstance(key, str) else key)
             )
+
+
+@pytest.mark.parametrize("layout", ["uk", "whole name"])
+async def test_a_unique_task_s_record_names_its_key_by_the_key_alone(
+    redis_url: str, r: Any, layout: str
+) -> None:
+    """A record holds only ``<key>`` of the unique key ``P:{Q}:unique:<key>`` it holds (field
+    ``uk``), so a 50-character key keeps it a listpack (the whole name, 73 bytes, made it a
+    hashtable). A record written before (the whole name in ``unique``) still reads: its failure
+    gives the key the record's retention, and dropping it (the admin page) or a purge deletes
+    the key."""
+    key = "sha1:" + "9f" * 20 + ":game"  # 50 characters
+    assert len(key) == 50
+
+    async def crash(payload: dict[str, Any]) -> None:
+        raise RuntimeError("the engine crashed")
+
+    def as_before(jid: str, unique_key: str) -> None:  # the layout of a record written before
+        record = qkey("uniq", f"job:{jid}")
+        r.hdel(record, "uk")
+        r.hset(record, "unique", qkey("uniq", f"unique:{unique_key}"))
+
+    async with Client(redis_url=redis_url, keep_result=60) as client:
+        held = await client.enqueue_unique(Task("uniq", "op", unique_key=key))
+        record = qkey("uniq", f"job:{held.jid}")
+        if layout == "uk":
+            assert r.hget(record, "uk") == key.encode()
+            assert not r.hexists(record, "unique")
+            assert r.object("encoding", record) == b"listpack"
+        else:
+            as_before(held.jid, key)
+        assert not (await client.enqueue_unique(Task("uniq", "op", unique_key=key))).created
+        unique = qkey("uniq", f"unique:{key}")
+        assert r.pttl(unique) == -1  # no expiry while its task is unfinished
+        async with running(new_server(redis_url, worker("uniq", "op", crash, retry=False))):
+            await eventually(lambda: r.hget(record, "state") == b"failed", timeout=10)
+        assert 0 < r.pttl(unique) <= 60_000  # the failure gave the key the record's retention
+        admin = client.redis
+        index = qkey("uniq", "failed")
+        assert await arun(admin, scripts.record_drop(index=index, record=record)) == 1
+        assert r.exists(unique) == 0
+
+        waiting = await client.enqueue_unique(Task("uniq", "op", unique_key=key))
+        assert waiting.created
+        if layout == "whole name":
+            as_before(waiting.jid, key)
+        purge = scripts.purge(
+            pending=qkey("uniq", "pending"), stats=qkey("uniq", "stats"), record_prefix=qkey("uniq", "job:")
+        )
+        assert await arun(admin, purge) == 1
+        assert r.exists(unique) == 0
+        assert (await client.enqueue_unique(Task("uniq", "op", unique_key=key))).created

@@ -54,7 +54,8 @@ Cluster too (invariant I5 of ``docs/design.md``). The schema, with ``P`` the pre
                                       listpack: lua/_env.lua), state, enqueued, due, token,
                                       result, error, finished, progress, keep, by (the
                                       consumer that completed it), runs (one line a run that
-                                      ended otherwise: token, end, outcome, consumer)
+                                      ended otherwise: token, end, outcome, consumer), uk (the
+                                      <key> of the unique key it holds, lua/_record.lua)
     P:{Q}:unique:<key>         STRING jid of the task holding Task(unique_key=<key>); lives
                                       while that task's record does (or unique_for)
     P:{Q}:finished             LIST   record keys of finished tasks, newest first: the

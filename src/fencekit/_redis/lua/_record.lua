@@ -6,6 +6,11 @@
 --
 -- expire_unique: a unique key (enqueue_unique.lua) dedupes no longer than
 -- its holder's record lives.
+-- record_unique(record, base): the unique key (P:{Q}:unique:<key>) the
+-- record's task holds, false for none; base is P:{Q}:. A record holds only
+-- <key>, in "uk": the whole key name (~25 bytes more) in a field made most
+-- records a hashtable, about twice the memory of a listpack. A record
+-- written before holds the whole name in "unique"; it reads as it did.
 -- finish_record: write a finished task's fields, give the record its
 -- retention (keep_ms > 0: PEXPIRE; 0: kept until trimmed) and push it onto
 -- index; the unique key it holds, if any, expires with it at the latest.
@@ -24,6 +29,14 @@ local function expire_unique(unique, ttl)
   end
 end
 
+local function record_unique(record, base)
+  local held = redis.call('HMGET', record, 'uk', 'unique')
+  if held[1] then
+    return base .. 'unique:' .. held[1]
+  end
+  return held[2]
+end
+
 local function finish_record(record, index, fields, keep_ms)
   redis.call('HSET', record, unpack(fields))
   if keep_ms > 0 then
@@ -32,7 +45,7 @@ local function finish_record(record, index, fields, keep_ms)
     redis.call('PERSIST', record)
   end
   redis.call('LPUSH', index, record)
-  local unique = redis.call('HGET', record, 'unique')
+  local unique = record_unique(record, string.match(index, '^(.*:)[^:]*$'))
   if unique then
     local ttl = keep_ms
     if ttl <= 0 then

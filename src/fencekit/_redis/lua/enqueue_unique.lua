@@ -35,15 +35,16 @@ else
 end
 local now = now_ms()
 local delay = tonumber(ARGV[1])
+local held = string.sub(KEYS[6], #ARGV[5] - #'job:' + #'unique:' + 1) -- <key>: "uk" (_record.lua)
 redis.call('DEL', KEYS[5])
 if delay > 0 then
   redis.call('ZADD', KEYS[2], now + delay, ARGV[3])
   write_env(KEYS[5], ARGV[3], { 'state', 'scheduled', 'enqueued', now, 'due', now + delay,
-    'keep', ARGV[2], 'unique', KEYS[6] }, true)
+    'keep', ARGV[2], 'uk', held }, true)
 else
   push_pending(KEYS[1], ARGV[3], false)
   write_env(KEYS[5], ARGV[3], { 'state', 'pending', 'enqueued', now, 'keep', ARGV[2],
-    'unique', KEYS[6] }, true)
+    'uk', held }, true)
   wake(KEYS[4])
 end
 redis.call('HINCRBY', KEYS[3], 'enqueued', 1)

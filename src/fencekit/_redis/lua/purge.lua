@@ -12,6 +12,7 @@
 --!include _prio.lua
 --!include _note.lua
 --!include _ckpt.lua
+--!include _record.lua
 local total = 0
 for _, list in ipairs(waiting_lists(KEYS[1])) do
 local n = redis.call('LLEN', list)
@@ -25,7 +26,7 @@ if n > 0 then
       drop_state(KEYS[2], envelope)
       local jid = string.match(envelope, '^{"jid":"([^"\\]+)"')
       if jid and string.find(envelope, '"keep":', 1, true) then
-        local unique = redis.call('HGET', ARGV[1] .. jid, 'unique')
+        local unique = record_unique(ARGV[1] .. jid, string.sub(ARGV[1], 1, #ARGV[1] - #'job:'))
         if unique and redis.call('GET', unique) == jid then
           redis.call('DEL', unique)
         end

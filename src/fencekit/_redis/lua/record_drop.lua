@@ -7,8 +7,9 @@
 -- ARGV     none
 --
 -- Reply: 1 when the record existed, else 0 (its key is taken out of the index either way).
+--!include _record.lua
 redis.call('LREM', KEYS[1], 1, KEYS[2])
-local unique = redis.call('HGET', KEYS[2], 'unique')
+local unique = record_unique(KEYS[2], string.match(KEYS[1], '^(.*:)[^:]*$'))
 if unique then
   redis.call('DEL', unique)
 end
