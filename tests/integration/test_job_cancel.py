@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from tests.queue_helpers import eventually, inflight_count, new_server, qkey, running, stats
-from tests.servers import node_of
+from tests.servers import node_of, nodes
 
 from fencekit import Client, FencedOutError, JobCancelled, JobStatus, Task, current_job
 from fencekit.testing import RedisServer, wait_until
@@ -251,6 +251,61 @@ async def test_a_consumer_hears_cancels_again_after_its_channel_was_killed(redis
         jid = await client.enqueue(Task("rehear", "run"))
         await asyncio.wait_for(started.wait(), 10)
         assert await client.cancel(jid)
+        await eventually(lambda: cancelled == [jid], timeout=10, what="the coroutine's cancellation")
+
+
+async def test_a_cancel_published_while_the_consumer_could_not_subscribe_reaches_it_once_it_can(
+    redis_url: str, r: Any
+) -> None:
+    """The consumer's cancel subscription is down (killed, and SSUBSCRIBE refused by an ACL
+    meanwhile) when a running task is cancelled: the message reaches nobody. cancel.lua keeps it
+    in P:{Q}:cancelled; once the consumer subscribes again it reads the set and cancels the
+    coroutine. Before, the coroutine ran on (a CI run under load lost a cancel so: redis-py
+    resubscribed under the listener, which then dropped that connection and subscribed again)."""
+    started = asyncio.Event()
+    cancelled: list[str] = []
+
+    class Wait:
+        queue = "missed"
+        operation = "run"
+
+        @classmethod
+        async def perform(cls, payload: dict[str, Any]) -> None:
+            started.set()
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                cancelled.append(current_job().jid)
+                raise
+
+    channel = qkey("missed", "cancel")
+    log = qkey("missed", "cancelled")
+
+    def subscribers() -> int:
+        return int(node_of(r, channel).execute_command("PUBSUB", "SHARDNUMSUB", channel)[1])
+
+    def refuse_ssubscribe(refused: bool) -> None:
+        for node in nodes(r):
+            node.execute_command("ACL", "SETUSER", "default", "-ssubscribe" if refused else "+ssubscribe")
+
+    server = new_server(redis_url, Wait)
+    async with Client(redis_url=redis_url) as client, running(server):
+        await eventually(lambda: subscribers() == 1, what="subscribed")
+        jid = await client.enqueue(Task("missed", "run"))
+        await asyncio.wait_for(started.wait(), 10)
+        refuse_ssubscribe(True)
+        try:
+            node_of(r, channel).client_kill_filter(_type="pubsub")
+            await asyncio.sleep(0.3)
+            assert subscribers() == 0  # it cannot subscribe again
+            assert await client.cancel(jid)
+            [entry] = node_of(r, log).zrange(log, 0, -1, withscores=True)
+            assert entry[0].decode().startswith(f"{jid} ")
+            assert 0 < node_of(r, log).pttl(log) <= 3_600_000
+            await asyncio.sleep(0.5)
+            assert cancelled == []  # the message reached nobody
+        finally:
+            refuse_ssubscribe(False)
         await eventually(lambda: cancelled == [jid], timeout=10, what="the coroutine's cancellation")
 
 

@@ -66,6 +66,8 @@ Cluster too (invariant I5 of ``docs/design.md``). The schema, with ``P`` the pre
                                       that finished, for Client.result()
     P:{Q}:cancel               (sharded pub/sub channel) "<jid> <token>" of a running
                                       delivery cancelled, for its consumer
+    P:{Q}:cancelled            ZSET   the same messages scored by token, the newest 1,000 for
+                                      an hour: read by a consumer that subscribed again
     P:{Q}:history:last         HASH   the counters the previous history sample saw, and
                                       the newest bucket of each tier (m, h)
     P:{Q}:history:m            HASH   minute number -> the minute's history (jobs/history.py):
@@ -210,6 +212,7 @@ class QueueKeys:
     failed: str
     done_channel: str
     cancel_channel: str
+    cancelled: str
     history_last: str
     history_minutes: str
     history_hours: str
@@ -328,6 +331,7 @@ class KeySpace:
                 failed=base + "failed",
                 done_channel=base + "done",
                 cancel_channel=base + "cancel",
+                cancelled=base + "cancelled",
                 history_last=base + "history:last",
                 history_minutes=base + "history:m",
                 history_hours=base + "history:h",

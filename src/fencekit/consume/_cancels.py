@@ -6,11 +6,16 @@ fenced writes are refused) and publishes ``"<jid> <token>"`` on the queue's
 ``P:{Q}:cancel`` channel (``SPUBLISH``: on Redis Cluster it stays on the
 queue's node). Each consumer listens on the channels of its queues over a
 pub/sub connection of its own and cancels the coroutine of a delivery it
-runs. A message lost while the connection is down costs nothing but time:
-the delivery was already fenced out in Redis. On a Redis Cluster the
-channels of queues on different primaries are heard over one subscription
-per node (:func:`fencekit._redis.cluster.pubsub.sharded_pubsub`), followed
-when a queue's slot moves.
+runs. A message published while the subscription is down is not lost:
+``cancel.lua`` also keeps it in ``P:{Q}:cancelled`` (the newest 1,000, for an
+hour), and each time a channel's subscription is confirmed again -- after the
+listener reconnected, or after redis-py did it under it -- the listener reads
+that set and hands every entry on (the consumer ignores the deliveries it does
+not run). Read after the confirmation, so a cancel is in the set or arrives on
+the channel. On a Redis Cluster the channels of queues on different primaries
+are heard over one subscription per node
+(:func:`fencekit._redis.cluster.pubsub.sharded_pubsub`), followed when a
+queue's slot moves.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import redis.asyncio
 import redis.exceptions
@@ -26,6 +31,7 @@ import redis.exceptions
 from fencekit._aio.closing import aclose_all
 from fencekit._aio.loops import Backoff
 from fencekit._redis.cluster.pubsub import sharded_pubsub
+from fencekit._redis.keys import QueueKeys
 from fencekit._redis.run import as_text
 from fencekit.errors import StoreError
 
@@ -37,23 +43,29 @@ UNREACHABLE = (StoreError, redis.exceptions.ConnectionError, redis.exceptions.Ti
 
 
 class CancelListener:
-    """Calls ``on_cancel(queue, jid, token)`` for every cancel published on ``channels``.
+    """Calls ``on_cancel(queue, jid, token)`` for every cancel published on the queues' channels.
 
-    ``subscribed`` is set once every channel's subscription is confirmed, and
-    cleared while the connection is down.
+    ``queues`` maps each cancel channel to its queue's keys. ``subscribed`` is
+    set once every channel's subscription is confirmed, and cleared while the
+    connection is down. ``replays`` counts the reads of ``P:{Q}:cancelled``
+    after a subscription was confirmed again.
     """
 
     def __init__(
         self,
         redis_client: redis.asyncio.Redis,
-        channels: Mapping[str, str],
+        queues: Mapping[str, QueueKeys],
         *,
         name: str,
         logger: logging.Logger,
         on_cancel: Callable[[str, str, int], None],
     ) -> None:
         self._redis = redis_client
-        self.channels = dict(channels)  # channel -> queue
+        self.channels = {channel: keys.name for channel, keys in queues.items()}  # channel -> queue
+        self._logs = {channel: keys.cancelled for channel, keys in queues.items()}
+        self._heard: set[str] = set()  # channels confirmed at least once: a new confirmation replays
+        self._replay: set[str] = set()  # channels confirmed again whose P:{Q}:cancelled is to be read
+        self.replays = 0
         self._on_cancel = on_cancel
         self._backoff = Backoff(logger, f"consumer {name}: listening for cancels", unreachable=UNREACHABLE)
         self._pubsub: Any = None
@@ -84,6 +96,10 @@ class CancelListener:
                     self._pubsub = sharded_pubsub(self._redis)
                     await self._pubsub.ssubscribe(*self.channels)
                 message = await self._pubsub.get_message(timeout=1.0)
+                if message is not None:
+                    self._handle(message)
+                if self._replay:
+                    await self._read_missed()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -93,20 +109,34 @@ class CancelListener:
                 await self._backoff.pause(exc)
                 continue
             self._backoff.succeeded()
-            if message is not None:
-                self._handle(message)
+
+    async def _read_missed(self) -> None:
+        """Hand on the cancels kept in ``P:{Q}:cancelled`` of the channels confirmed again."""
+        for channel in sorted(self._replay):
+            entries = cast("list[bytes | str]", await self._redis.zrange(self._logs[channel], 0, -1))
+            self._replay.discard(channel)
+            self.replays += 1
+            for entry in entries:
+                self._cancelled(channel, entry)
 
     def _handle(self, message: dict[str, Any]) -> None:
         kind = as_text(message.get("type", b""))
         if kind == "ssubscribe":
-            self._confirmed.add(as_text(message.get("channel", b"")))
+            channel = as_text(message.get("channel", b""))
+            if channel in self._heard:  # subscribed again: what was published meanwhile is kept
+                self._replay.add(channel)
+            elif channel in self.channels:
+                self._heard.add(channel)
+            self._confirmed.add(channel)
             if self._confirmed.issuperset(self.channels):
                 self.subscribed.set()
             return
-        if kind != "smessage":
-            return
-        queue = self.channels.get(as_text(message.get("channel", b"")))
-        jid, _, token = as_text(message.get("data", b"")).partition(" ")
+        if kind == "smessage":
+            self._cancelled(as_text(message.get("channel", b"")), message.get("data", b""))
+
+    def _cancelled(self, channel: str, data: bytes | str) -> None:
+        queue = self.channels.get(channel)
+        jid, _, token = as_text(data).partition(" ")
         if queue is not None and token.isdigit():
             self._on_cancel(queue, jid, int(token))
 

@@ -162,7 +162,7 @@ class Consumer(Turns, WakeClaims, Returns):
         self._reserved = 0  # tasks the waker's claims may bring (counted as taken slots)
         self._cancels = CancelListener(
             redis_client,
-            {k.cancel_channel: q for q, k in self._qkeys.items()},
+            {k.cancel_channel: k for k in self._qkeys.values()},
             name=consumer_id,
             logger=logger,
             on_cancel=self._cancel,

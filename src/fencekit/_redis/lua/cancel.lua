@@ -19,6 +19,11 @@
 -- ARGV[4]  the done channel P:{Q}:done: the jid is published there once its
 --          record says "cancelled", so a waiting result() wakes
 --
+-- A running delivery's "<jid> <token>" also goes on P:{Q}:cancelled (ZSET,
+-- scored by the token; the newest CANCELS_KEPT, for an hour after the last
+-- cancel): a consumer whose subscription dropped when it was published reads
+-- it there once it has subscribed again (consume/_cancels.py).
+--
 -- A batch child leaves its note "<bid> <jid> c" on P:{Q}:notes (_note.lua).
 --
 -- Reply: { cancelled, where }
@@ -33,6 +38,7 @@
 --!include _note.lua
 --!include _ckpt.lua
 --!include _env.lua
+local CANCELS_KEPT = 1000
 local jid = ARGV[1]
 local state = redis.call('HGET', KEYS[1], 'state')
 if state and state ~= 'pending' and state ~= 'scheduled' and state ~= 'waiting' then
@@ -78,6 +84,10 @@ for i = 6, #KEYS do
       redis.call('HDEL', KEYS[i], entries[j])
       release_slot(queue_base(KEYS[2]), entries[j + 1], entries[j])
       redis.call('SPUBLISH', ARGV[2], jid .. ' ' .. entries[j])
+      local log = queue_base(KEYS[2]) .. 'cancelled'
+      redis.call('ZADD', log, entries[j], jid .. ' ' .. entries[j])
+      redis.call('ZREMRANGEBYRANK', log, 0, -(CANCELS_KEPT + 1))
+      redis.call('PEXPIRE', log, 3600000)
       return cancelled('running', entries[j + 1], entries[j])
     end
   end
