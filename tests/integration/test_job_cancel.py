@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.queue_helpers import eventually, inflight_count, new_server, qkey, running, stats
+from tests.queue_helpers import eventually, inflight_count, new_server, qkey, running, stats, worker
 from tests.servers import node_of, nodes
 
 from fencekit import Client, FencedOutError, JobCancelled, JobStatus, Task, current_job
@@ -219,24 +219,25 @@ def test_cancel_reaches_a_pool_child_and_the_child_keeps_serving(
     assert pool.returncode == 0, (tmp_path / "pool.log").read_text()
 
 
+def _waits_until_cancelled(queue: str, started: asyncio.Event, cancelled: list[str]) -> type:
+    """A worker of ``queue`` (operation "run") whose task sets ``started`` and sleeps 30 s; a
+    cancellation appends its jid to ``cancelled``."""
+
+    async def wait(payload: dict[str, Any]) -> None:
+        started.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.append(current_job().jid)
+            raise
+
+    return worker(queue, "run", wait)
+
+
 async def test_a_consumer_hears_cancels_again_after_its_channel_was_killed(redis_url: str, r: Any) -> None:
     started = asyncio.Event()
     cancelled: list[str] = []
-
-    class Wait:
-        queue = "rehear"
-        operation = "run"
-
-        @classmethod
-        async def perform(cls, payload: dict[str, Any]) -> None:
-            started.set()
-            try:
-                await asyncio.sleep(30)
-            except asyncio.CancelledError:
-                cancelled.append(current_job().jid)
-                raise
-
-    server = new_server(redis_url, Wait)
+    server = new_server(redis_url, _waits_until_cancelled("rehear", started, cancelled))
     async with Client(redis_url=redis_url) as client, running(server):
         channel = qkey("rehear", "cancel")
         await eventually(
@@ -264,20 +265,6 @@ async def test_a_cancel_published_while_the_consumer_could_not_subscribe_reaches
     resubscribed under the listener, which then dropped that connection and subscribed again)."""
     started = asyncio.Event()
     cancelled: list[str] = []
-
-    class Wait:
-        queue = "missed"
-        operation = "run"
-
-        @classmethod
-        async def perform(cls, payload: dict[str, Any]) -> None:
-            started.set()
-            try:
-                await asyncio.sleep(30)
-            except asyncio.CancelledError:
-                cancelled.append(current_job().jid)
-                raise
-
     channel = qkey("missed", "cancel")
     log = qkey("missed", "cancelled")
 
@@ -288,7 +275,7 @@ async def test_a_cancel_published_while_the_consumer_could_not_subscribe_reaches
         for node in nodes(r):
             node.execute_command("ACL", "SETUSER", "default", "-ssubscribe" if refused else "+ssubscribe")
 
-    server = new_server(redis_url, Wait)
+    server = new_server(redis_url, _waits_until_cancelled("missed", started, cancelled))
     async with Client(redis_url=redis_url) as client, running(server):
         await eventually(lambda: subscribers() == 1, what="subscribed")
         jid = await client.enqueue(Task("missed", "run"))
