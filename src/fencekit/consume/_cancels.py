@@ -47,8 +47,7 @@ class CancelListener:
 
     ``queues`` maps each cancel channel to its queue's keys. ``subscribed`` is
     set once every channel's subscription is confirmed, and cleared while the
-    connection is down. ``replays`` counts the reads of ``P:{Q}:cancelled``
-    after a subscription was confirmed again.
+    connection is down.
     """
 
     def __init__(
@@ -65,7 +64,6 @@ class CancelListener:
         self._logs = {channel: keys.cancelled for channel, keys in queues.items()}
         self._heard: set[str] = set()  # channels confirmed at least once: a new confirmation replays
         self._replay: set[str] = set()  # channels confirmed again whose P:{Q}:cancelled is to be read
-        self.replays = 0
         self._on_cancel = on_cancel
         self._backoff = Backoff(logger, f"consumer {name}: listening for cancels", unreachable=UNREACHABLE)
         self._pubsub: Any = None
@@ -115,7 +113,6 @@ class CancelListener:
         for channel in sorted(self._replay):
             entries = cast("list[bytes | str]", await self._redis.zrange(self._logs[channel], 0, -1))
             self._replay.discard(channel)
-            self.replays += 1
             for entry in entries:
                 self._cancelled(channel, entry)
 
