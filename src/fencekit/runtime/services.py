@@ -9,7 +9,8 @@ knows: which consumers it beats for and knows alive, the job durations it
 can see, its pool children (none for a ``Server``). Both placements start and
 stop them in the same order:
 
-1. :meth:`Services.open` -- Redis answers, the queue names are registered;
+1. :meth:`Services.open` -- Redis answers, the queue names are registered,
+   the history has its first sample (the counters it books from);
 2. :meth:`Services.start_web` -- the web port is bound (a busy port fails
    here, before any consumer or child starts);
 3. the placement registers its consumers (:meth:`Services.beat_once`) and
@@ -201,9 +202,19 @@ class Services:
 
     async def open(self) -> None:
         """Check that Redis answers (and is a cluster exactly when the URL says so: ConfigError
-        otherwise) and register the queue names; raises StoreError."""
+        otherwise), register the queue names and take the history's first sample; raises StoreError.
+
+        A queue's first sample has no earlier counters to compare with and books nothing, so it
+        is taken here, before any consumer or pool child can finish a job: the jobs that end
+        before the loop's first round are booked by it. A queue whose sample fails (a foreign key
+        under its name) is logged and left to the loop: it must not stop the other queues.
+        """
         await self._wait_for_redis()
         await register_queues(self.redis, self.keys, self.queues)
+        try:
+            await self.history.sample()
+        except StoreError as exc:
+            self.logger.warning("history: the first sample failed (%s); the loop samples again", exc)
 
     async def _wait_for_redis(self) -> None:
         """``check_topology``, again and again for ``wait_for_redis`` seconds while Redis does not
