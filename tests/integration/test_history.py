@@ -164,22 +164,27 @@ def assert_booked_once(r: redis.Redis, queue: str, jobs: int) -> None:
         assert all(values[1:5] == [0, 0, 0, 0] for values in stored.values()), (tier, stored)
 
 
+async def one_ms(payload: dict[str, Any]) -> None:
+    await asyncio.sleep(0.001)
+
+
+async def run_and_book(server: Server, client: Client, r: redis.Redis, queue: str, jobs: int) -> None:
+    """Enqueue ``jobs`` on ``queue`` of the running ``server``; all acknowledged, then booked once."""
+    await client.enqueue_many(Task(queue, "job", {}) for _ in range(jobs))
+    await eventually(lambda: stats(r, queue)["processed"] == jobs, 15, "all acknowledged")
+    # the loop samples every 5 s on the host clock's grid; a double count overshoots, hence >=
+    await eventually(lambda: total(r, queue, 0) >= jobs and timed(r, queue) >= jobs, 15, "booked")
+    await caught_up(server)
+    assert_booked_once(r, queue, jobs)
+
+
 async def test_a_running_server_books_every_job_once_with_its_duration(
     redis_url: str, r: redis.Redis
 ) -> None:
     queue = "hist-live"
-
-    async def perform(payload: dict[str, Any]) -> None:
-        await asyncio.sleep(0.001)
-
-    server = new_server(redis_url, worker(queue, "job", perform))
+    server = new_server(redis_url, worker(queue, "job", one_ms))
     async with running(server), Client(redis_url) as client:
-        await client.enqueue_many(Task(queue, "job", {}) for _ in range(120))
-        await eventually(lambda: stats(r, queue)["processed"] == 120, 15, "all acknowledged")
-        # the loop samples every 5 s on the host clock's grid; a double count overshoots, hence >=
-        await eventually(lambda: total(r, queue, 0) >= 120 and timed(r, queue) >= 120, 15, "booked")
-        await caught_up(server)
-        assert_booked_once(r, queue, 120)
+        await run_and_book(server, client, r, queue, 120)
         for window in ("1h", "90d"):
             read = await client.queue(queue).history(window)  # the public reader
             assert read.totals().processed == 120
@@ -197,22 +202,14 @@ async def test_the_first_sample_is_taken_before_any_job_can_end(redis_url: str, 
     """
     queue = "hist-first"
     baselines: list[dict[bytes, bytes]] = []
-
-    async def perform(payload: dict[str, Any]) -> None:
-        await asyncio.sleep(0.001)
-
-    server = new_server(redis_url, worker(queue, "job", perform))
+    server = new_server(redis_url, worker(queue, "job", one_ms))
 
     @server.on_startup
     async def look(client: Client) -> None:
         baselines.append(r.hgetall(qkey(queue, "history:last")))
 
     async with running(server), Client(redis_url) as client:
-        await client.enqueue_many(Task(queue, "job", {}) for _ in range(50))
-        await eventually(lambda: stats(r, queue)["processed"] == 50, 15, "all acknowledged")
-        await eventually(lambda: total(r, queue, 0) >= 50 and timed(r, queue) >= 50, 15, "booked")
-        await caught_up(server)
-        assert_booked_once(r, queue, 50)
+        await run_and_book(server, client, r, queue, 50)
     assert [seen.get(b"processed") for seen in baselines] == [b"0"], baselines  # seen by the hook
 
 
