@@ -219,7 +219,10 @@ async def test_a_late_round_of_the_host_whose_clock_is_ahead_skips_no_tick(
     B reaching them when they were older than the stored tick). B's later
     rounds are refused: no tick twice."""
     newest = Schedule("cron", "skew", None, 1000)
-    base = float(int(time.time()))  # Redis's clock is about here for the whole test
+    # Redis's clock must stay in this second until A's first round reads it (A's floor): from
+    # late in a second, a loaded CI crossed into the next one first (+1 s then below the floor)
+    await asyncio.sleep(1.01 - time.time() % 1)
+    base = float(int(time.time()))
     clock_a, clock_b = [base + 3.5], [base + 0.5]
     r = private_redis.client()
     client = redis.asyncio.Redis.from_url(private_redis.url())
